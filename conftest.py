@@ -1,0 +1,13 @@
+"""Session-wide settings for the tests and for the kernels nbval and papermill start (they inherit them)."""
+
+import os
+import tempfile
+
+
+def pytest_configure(config):
+    os.environ["HF_HUB_OFFLINE"] = "1"  # no test may reach for the Hub; the fallback is what runs
+    os.environ["HF_DATASETS_OFFLINE"] = "1"
+    os.environ["WANDB_MODE"] = "offline"
+    os.environ["MPLBACKEND"] = "Agg"
+    # record() calls from notebooks executed in place by nbval land here, not in the tree
+    os.environ["HELPERS_RESULTS_DIR"] = tempfile.mkdtemp(prefix="kit-results-")

@@ -1,0 +1,210 @@
+# %% [markdown]
+# # 00 · Where to get GPUs, and what the one you have can do
+#
+# **Hardware:** any runtime. Best on a free Colab T4 or Kaggle's T4 x2; a CPU-only runtime works too
+# and uses the kit's embedded tiny model.
+# **Time:** about 1 minute on a T4 including the install; about 15 seconds headless on a CPU.
+#
+# Fine-tuning research rarely starts with a cluster. It starts with whatever card a free notebook
+# service hands you, and the skill is shaping the experiment to that card. This notebook:
+#
+# 1. compares where students actually get GPU time;
+# 2. finds out where it is running and which card it got;
+# 3. picks the training precision that card supports;
+# 4. measures what one parameter costs in each format, and turns that into the largest model this
+#    card can train with each recipe.
+
+# %% tags=["install"]
+# Install the kit and its pinned libraries (about a minute; the runtime's own torch is kept).
+import importlib.util, os, subprocess, sys
+
+if importlib.util.find_spec("helpers") is None:
+    repo, branch = "compute-realities/finetune-kit", "main"
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--retries", "1",
+           "-c", f"https://raw.githubusercontent.com/{repo}/{branch}/requirements.txt",
+           f"git+https://github.com/{repo}.git@{branch}"]
+    if subprocess.run(pip).returncode != 0:
+        fix = ("Kaggle: open Settings > Internet, switch it On, then run this cell again."
+               if "KAGGLE_KERNEL_RUN_TYPE" in os.environ else "Check the connection and run this cell again.")
+        raise RuntimeError("Installing the kit failed (pip printed why above). " + fix)
+
+# %% tags=["parameters"]
+smoke = False  # True: use the embedded tiny model whatever the machine (the runner's --smoke sets it)
+model_id = "HuggingFaceTB/SmolLM2-135M"  # a real small model; needs a GPU and the Hub
+
+# %% [markdown]
+# ## Where the GPU time comes from
+#
+# | option | card | what it costs | the catch |
+# |---|---|---|---|
+# | Google Colab, free tier | one T4, 16 GB (about 15 GB usable) | nothing | sessions end when idle or after some hours, and a GPU is not guaranteed at busy times |
+# | Kaggle Notebooks | two T4s, or one P100 | nothing; a weekly quota of about 30 GPU hours | internet must be switched on in Settings (phone-verified account); the current image no longer runs PyTorch on the P100, so choose T4 x2 |
+# | Rented by the hour (RunPod, Lambda, Vast.ai and others) | one A100 or H100, 40 to 80 GB | a few dollars an hour, billed while the machine runs | you pay for idle time: stop the instance when the job ends |
+# | A university cluster | whatever the cluster owns, often A100s | your group's allocation | a scheduler queue (usually Slurm) and a job script instead of a notebook |
+#
+# A LoRA fine-tune of a model under about 1B parameters fits the free tiers. A 7B model fits a
+# 16 GB card only with the full set of tricks this course teaches, ending with QLoRA (notebook 05)
+# and the capstone (notebook 08). The rented A100 is for when the experiment, not the budget,
+# decides the size.
+#
+# ## Where is this notebook running?
+#
+# `describe()` reads the platform from the variables Colab and Kaggle set, and each card's name,
+# memory and *compute capability* (the hardware generation: 7.5 for a T4, 8.0 for an A100).
+
+# %%
+import helpers
+from helpers.env import describe
+
+machine = describe()
+print(machine.summary())
+
+# %%
+helpers.record("platform", machine.platform)
+helpers.record("gpu_name", machine.gpus[0].name if machine.gpus else "none")
+helpers.record("gpu_memory_gib", round(machine.gpu_memory_bytes / 2**30, 2))
+helpers.record("gpu_count", len(machine.gpus))
+
+# %% [markdown]
+# ## Which precision this card should train in
+#
+# Half-precision training stores activations (and often weights) in 2 bytes instead of 4. There are
+# two 16-bit formats, and the card decides which one you can use:
+#
+# - **bf16** keeps fp32's range, so it needs no loss scaling. Tensor cores run it natively from
+#   compute capability 8.0 (A100, L4, A10G, H100).
+# - **fp16** has a much smaller range (its largest number is 65504), so the Trainer scales the loss
+#   to keep small gradients from vanishing. It is what a T4 (7.5) runs fast.
+#
+# A trap: on a T4, `torch.cuda.is_bf16_supported()` answers True, because bf16 can be *emulated*
+# there, slowly. The kit decides from the compute capability instead. On a CPU, `fp16=True` in the
+# Trainer does nothing at all, silently. Here is the decision for this machine, as the keywords
+# `TrainingArguments` takes:
+
+# %%
+from helpers.training import precision_kwargs
+
+print(machine.precision.reason)
+print("TrainingArguments keywords:", precision_kwargs(machine.gpus))
+helpers.record("precision", machine.precision.name)
+
+# %% [markdown]
+# ## Does 4-bit work here?
+#
+# QLoRA stores the frozen weights in 4 bits with bitsandbytes. Rather than trusting a version
+# number, quantize a matrix on this machine and back again:
+
+# %%
+from helpers.env import check_4bit
+
+four_bit_ok, message = check_4bit()
+print(message)
+helpers.record("four_bit_ok", four_bit_ok)
+
+# %% [markdown]
+# ## What one parameter costs
+#
+# Memory for training is mostly a per-parameter bill: the weights, a gradient for each trainable
+# weight, and the optimizer's state (AdamW keeps two running averages per weight). Instead of
+# quoting the bill, measure it. First the weights of one matrix with the shape of a 7B Llama's
+# attention projection (4096 x 4096), in 32 bits, 16 bits, and 4-bit NF4 with double quantization
+# (the quantization constants are themselves quantized):
+
+# %%
+import bitsandbytes.functional as bnb_functional
+import torch
+
+w = torch.randn(4096, 4096)  # one projection of a 7B model: 16.8M parameters
+packed, state = bnb_functional.quantize_4bit(w, quant_type="nf4", compress_statistics=True)
+nf4_bytes = (packed.nbytes + state.absmax.nbytes + state.code.nbytes  # 4-bit codes, per-block scales
+             + state.state2.absmax.nbytes + state.state2.code.nbytes)  # the scales' own scales
+bytes_per_param = {
+    "fp32": w.nbytes / w.numel(),
+    "bf16": w.to(torch.bfloat16).nbytes / w.numel(),
+    "nf4": nf4_bytes / w.numel(),
+}
+for fmt, b in bytes_per_param.items():
+    print(f"{fmt:>5}: {b:.4f} bytes per parameter ({8 * b:.3f} bits)")
+helpers.record("nf4_bits_per_param", round(8 * bytes_per_param["nf4"], 4))
+
+# %% [markdown]
+# Now the optimizer: one AdamW step on a parameter, then count the state it keeps.
+
+# %%
+p = torch.nn.Parameter(torch.randn(1024, 1024))
+p.grad = torch.zeros_like(p)
+opt = torch.optim.AdamW([p])
+opt.step()
+adam_bytes_per_param = sum(t.nbytes for t in opt.state[p].values()) / p.numel()
+print(f"AdamW state: {adam_bytes_per_param:.2f} bytes per parameter ({sorted(opt.state[p])})")
+helpers.record("adamw_bytes_per_param", round(adam_bytes_per_param, 3))
+
+# %% [markdown]
+# ## What fits this card
+#
+# Add the measured costs up per recipe. A full fine-tune pays weights + gradients + optimizer for
+# every parameter. LoRA freezes the model, so it pays only for the weights (the small adapters add
+# well under 1 %). QLoRA pays for 4-bit weights. These ceilings leave out activations, which grow
+# with batch and sequence length; notebook 01 adds them, and the estimator gives the whole picture.
+# Without a GPU the budget below is a T4's total as `nvidia-smi` reports it (15,360 MiB).
+
+# %%
+T4_BYTES = 15_360 * 2**20  # a Tesla T4 as nvidia-smi reports it
+budget = machine.gpu_memory_bytes or T4_BYTES
+recipes = {
+    "full fine-tune, fp32 + AdamW": 2 * bytes_per_param["fp32"] + adam_bytes_per_param,
+    "LoRA on a 16-bit model": bytes_per_param["bf16"],
+    "QLoRA on a 4-bit NF4 model": bytes_per_param["nf4"],
+}
+print(f"budget: {budget / 2**30:.1f} GiB ({'this card' if machine.gpus else 'a T4, since there is no GPU here'})")
+for recipe, cost in recipes.items():
+    print(f"{recipe:30} {cost:6.2f} bytes/param -> at most {budget / cost / 1e9:5.1f}B parameters")
+helpers.record("max_params_b_qlora", round(budget / recipes["QLoRA on a 4-bit NF4 model"] / 1e9, 1))
+
+# %% [markdown]
+# Read the last column against a 7B model: a full fine-tune is out of reach by an order of
+# magnitude, LoRA on 16-bit weights is borderline once activations arrive, and QLoRA leaves room
+# to spare. That is the arithmetic behind the whole course.
+#
+# ## Load a model
+#
+# `load_model` loads the model the notebook asks for. When there is no GPU, no internet, or the
+# runner asked for a smoke run, it says so in a banner and loads the kit's embedded tiny model
+# instead, so every cell still runs and every figure is still measured.
+
+# %%
+from helpers.models import is_embedded, load_model
+
+model, tokenizer = load_model(model_id, smoke=smoke)
+n_params = sum(p.numel() for p in model.parameters())
+weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+name = "the embedded tiny model" if is_embedded(model) else model_id
+print(f"{name}: {n_params:,} parameters, {weight_bytes / 2**20:.2f} MiB of weights "
+      f"({weight_bytes / n_params:.1f} bytes per parameter in {model.dtype})")
+helpers.record("model", "embedded" if is_embedded(model) else model_id)
+helpers.record("model_params", n_params)
+
+# %% [markdown]
+# And the course dataset every notebook trains on: instruction/response pairs about training on a
+# budget, written for this kit.
+
+# %%
+from helpers.data import load_course_data
+
+data = load_course_data()
+print(data)
+print(data[0])
+helpers.record("dataset_rows", len(data))
+
+# %% [markdown]
+# ## In this notebook we:
+#
+# - compared free, rented and university GPU options, and when each is the right one;
+# - read the platform, card, memory and compute capability of this runtime;
+# - chose the training precision from the compute capability, not from `is_bf16_supported()`;
+# - checked that 4-bit quantization works here with a real round trip;
+# - measured the per-parameter cost of fp32, bf16 and NF4 weights and of AdamW's state, and turned
+#   them into the largest model each recipe can train on this card;
+# - loaded a model and the course dataset, with the embedded fallback when the real one can't run.
+#
+# Next: notebook 01 opens the memory bill line by line, activations included.

@@ -1,0 +1,141 @@
+"""The embedded tiny model and dataset, and load_model's fallback rules, all through the real loaders."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from helpers import models
+from helpers.data import DATASET_PATH, load_course_data
+from helpers.models import EMBEDDED_DIR, is_embedded, load_model
+
+REPO = EMBEDDED_DIR.parents[2]
+
+
+def test_embedded_model_is_a_small_llama_that_trains():
+    files = sorted(p.name for p in EMBEDDED_DIR.iterdir())
+    assert set(models.EMBEDDED_FILES) <= set(files)
+    assert sum(p.stat().st_size for p in EMBEDDED_DIR.iterdir()) < 2_000_000  # bytes, everything shipped
+    model = AutoModelForCausalLM.from_pretrained(EMBEDDED_DIR, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(EMBEDDED_DIR, local_files_only=True)
+    assert model.config.model_type == "llama"
+    assert model.config.num_key_value_heads < model.config.num_attention_heads  # grouped-query attention
+    assert len(tokenizer) == model.config.vocab_size
+    batch = tokenizer(["Effective batch = per-device x accumulation x devices."], return_tensors="pt")
+    out = model(**batch, labels=batch["input_ids"])
+    out.loss.backward()
+    assert torch.isfinite(out.loss)
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+
+
+def test_tokenizer_is_trained_on_the_kit_text_and_round_trips():
+    tokenizer = AutoTokenizer.from_pretrained(EMBEDDED_DIR, local_files_only=True)
+    text = "Gradient accumulation keeps memory low: 2 x 8 x 2 = 32."
+    ids = tokenizer(text)["input_ids"]
+    assert tokenizer.decode(ids) == text
+    assert len(ids) < len(text) / 2.5, "BPE merges learned from the course text compress its words"
+    assert tokenizer.decode(tokenizer("naïve café 😀")["input_ids"]) == "naïve café 😀"  # byte-level: no unknowns
+    assert (tokenizer.pad_token, tokenizer.eos_token) == ("<|pad|>", "<|eos|>")
+
+
+def test_build_script_reproduces_the_shipped_model_bit_for_bit(tmp_path):
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "build_tiny_model.py"), "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    shipped, rebuilt = load_file(EMBEDDED_DIR / "model.safetensors"), load_file(tmp_path / "model.safetensors")
+    assert shipped.keys() == rebuilt.keys()
+    assert all(torch.equal(shipped[k], rebuilt[k]) for k in shipped)
+    for name in ("tokenizer.json", "config.json"):
+        assert json.loads((tmp_path / name).read_text()) == json.loads((EMBEDDED_DIR / name).read_text()), name
+
+
+def test_course_dataset_loads_through_datasets():
+    data = load_course_data()
+    assert data.num_rows >= 300
+    assert data.column_names == ["topic", "instruction", "response"]
+    instructions = [i.strip().lower() for i in data["instruction"]]
+    assert len(set(instructions)) == len(instructions), "every instruction is distinct"
+    assert all(r.strip() for r in data["response"])
+
+
+def test_smoke_loads_the_embedded_model_with_a_banner(capsys):
+    model, tokenizer = load_model("HuggingFaceTB/SmolLM2-135M", smoke=True)
+    banner = capsys.readouterr().out
+    assert "USING THE EMBEDDED TINY MODEL instead of HuggingFaceTB/SmolLM2-135M" in banner
+    assert "smoke=True" in banner
+    assert is_embedded(model) and model.dtype == torch.float32 and tokenizer.pad_token == "<|pad|>"
+
+
+def test_embedded_by_name_has_no_banner(capsys):
+    model, _ = load_model("embedded")
+    assert is_embedded(model) and capsys.readouterr().out == ""
+
+
+def test_no_gpu_falls_back_for_a_model_that_needs_one(capsys):
+    assert not torch.cuda.is_available()  # this machine and CI's
+    model, _ = load_model("Qwen/Qwen2.5-0.5B")
+    assert is_embedded(model) and "no GPU on this machine" in capsys.readouterr().out
+
+
+def test_offline_course_model_falls_back(monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model, _ = load_model("HuggingFaceTB/SmolLM2-135M", needs_gpu=False)
+    assert is_embedded(model) and "cannot be reached" in capsys.readouterr().out
+
+
+def test_offline_unknown_model_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError, match=r"Unknown model id 'HuggingFaceTB/SmolLM-135M-typo'.*smoke=True"):
+        load_model("HuggingFaceTB/SmolLM-135M-typo", needs_gpu=False)
+
+
+def test_a_hanging_network_does_not_hang_the_notebook(monkeypatch):
+    import time
+
+    # a fake for what cannot exist here: a DNS lookup that never answers (it ignores socket timeouts)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(models.socket, "create_connection", lambda *a, **k: time.sleep(30))
+    start = time.perf_counter()
+    assert models.hub_reachable(timeout=0.5) is False
+    assert time.perf_counter() - start < 2  # seconds
+
+
+def test_local_folder_loads_without_the_hub(tmp_path, capsys):
+    import shutil
+
+    shutil.copytree(EMBEDDED_DIR, tmp_path / "my-model")
+    model, _ = load_model(str(tmp_path / "my-model"), needs_gpu=True)
+    assert not is_embedded(model) and capsys.readouterr().out == ""
+
+
+def test_missing_asset_names_the_file_and_the_fix(monkeypatch, tmp_path):
+    import shutil
+
+    broken = tmp_path / "tiny-llama"
+    shutil.copytree(EMBEDDED_DIR, broken)
+    (broken / "model.safetensors").unlink()
+    monkeypatch.setattr(models, "EMBEDDED_DIR", broken)
+    with pytest.raises(FileNotFoundError, match=r"missing model\.safetensors.*build_tiny_model\.py"):
+        load_model("embedded")
+
+
+def test_missing_dataset_names_the_fix(monkeypatch, tmp_path):
+    from helpers import data
+
+    monkeypatch.setattr(data, "DATASET_PATH", tmp_path / "course.jsonl")
+    with pytest.raises(FileNotFoundError, match="course.jsonl is missing. Reinstall the kit"):
+        data.load_course_data()
+
+
+@pytest.mark.parametrize("bad", ["", "   ", None])
+def test_empty_model_id_is_refused(bad):
+    with pytest.raises(ValueError, match="model_id must be a Hub id"):
+        load_model(bad)
+
+
+def test_dataset_path_is_package_data():
+    assert DATASET_PATH.is_file() and DATASET_PATH.parent.parent == EMBEDDED_DIR.parent
