@@ -1,7 +1,10 @@
 """The kit's command line.
 
     python -m helpers run [--only NAME ...] [--smoke] [--out DIR]   # execute the notebooks (make run)
-    python -m helpers notebooks [--check]                          # rebuild .ipynb from notebooks/src
+    python -m helpers notebooks [--check]                          # rebuild .ipynb from notebooks/src, and the badges
+    python -m helpers badges [--check]                             # rewrite colab_badges.md
+    python -m helpers plan --model Mistral-7B --gpu T4 --seq-len 512 [--qlora]  # what fits, and how
+    python -m helpers quickcheck student|grade|seal ...            # instructors: see python -m helpers.quickcheck -h
 """
 
 from __future__ import annotations
@@ -12,6 +15,11 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["quickcheck"]:  # its own command line, shared with `python -m helpers.quickcheck`
+        from helpers.quickcheck.__main__ import main as quickcheck_main
+
+        return quickcheck_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m helpers", description="The course kit's commands.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -25,7 +33,25 @@ def main(argv: list[str] | None = None) -> int:
     nbs = sub.add_parser("notebooks", help="rebuild notebooks/*.ipynb from notebooks/src/*.py")
     nbs.add_argument("--check", action="store_true", help="only report drift; exit 1 if any")
 
+    bdg = sub.add_parser("badges", help="write colab_badges.md: a Colab and a Kaggle badge per notebook")
+    bdg.add_argument("--check", action="store_true", help="only say whether it is current; exit 1 if not")
+
+    pln = sub.add_parser("plan", help="estimate a fine-tune's memory on a card and plan what makes it fit")
+    pln.add_argument("--model", required=True, help="a catalog model, e.g. Mistral-7B, SmolLM2-135M")
+    pln.add_argument("--gpu", default="T4", help="a catalog card (T4, L4, A100-40GB, ...) or GiB, e.g. 15.0")
+    pln.add_argument("--seq-len", type=int, required=True, help="tokens per sequence")
+    pln.add_argument("--batch-size", type=int, default=1, help="per-device micro-batch (default 1)")
+    pln.add_argument("--precision", choices=("fp32", "bf16", "fp16"), help="default: the card's half precision")
+    method = pln.add_mutually_exclusive_group()
+    method.add_argument("--lora", action="store_true", help="LoRA on a frozen 16-bit model")
+    method.add_argument("--qlora", action="store_true", help="LoRA on a frozen 4-bit NF4 model")
+    pln.add_argument("--lora-r", type=int, default=16, help="LoRA rank (default 16)")
+    pln.add_argument("--checkpointing", action="store_true", help="gradient checkpointing on")
+    pln.add_argument("--optimizer", default="adamw", choices=("adamw", "adamw_8bit", "paged_adamw_8bit", "sgd"))
+
     args = parser.parse_args(argv)
+    if args.command == "plan":
+        return _plan(args)
     if args.command == "run":
         from helpers import runner
 
@@ -35,14 +61,58 @@ def main(argv: list[str] | None = None) -> int:
         except runner.UsageError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-    from helpers import notebooks  # the only other command: "notebooks"
+    from helpers import badges, notebooks  # "notebooks" and "badges": the badges are built from the notebooks
 
-    if args.check:
-        found = notebooks.problems()
-        print("\n".join(found) or "notebooks are in sync with notebooks/src")
-        return 1 if found else 0
-    changed = notebooks.sync()
-    print("\n".join(f"wrote {p}" for p in changed) or "notebooks already in sync")
+    try:
+        if args.command == "badges":
+            name = badges.BADGES_PATH.name
+            if args.check:
+                found = badges.problems()
+                print("\n".join(found) or f"{name} is current")
+                return 1 if found else 0
+            print(f"wrote {badges.BADGES_PATH}" if badges.write() else f"{name} already current")
+            return 0
+        if args.check:
+            found = notebooks.problems() + badges.problems()
+            print("\n".join(found) or "notebooks and colab_badges.md are in sync with notebooks/src")
+            return 1 if found else 0
+        changed = notebooks.sync()
+        if badges.write():
+            changed.append(badges.BADGES_PATH)
+        print("\n".join(f"wrote {p}" for p in changed) or "notebooks already in sync")
+        return 0
+    except badges.BadgeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _plan(args) -> int:
+    """Print the estimate for the job as asked, whether it fits, and the plan that makes it fit."""
+    from helpers import estimate
+
+    gpu = args.gpu
+    try:
+        gpu = float(gpu)  # GiB
+    except ValueError:
+        pass
+    settings = dict(batch_size=args.batch_size, seq_len=args.seq_len, checkpointing=args.checkpointing,
+                    optimizer=args.optimizer, lora_r=args.lora_r,
+                    method="qlora" if args.qlora else "lora" if args.lora else "full")
+    if args.precision:
+        settings["precision"] = args.precision
+    try:
+        steps = estimate.plan(args.model, gpu, **settings)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    asked = steps[0].estimate
+    s = asked.settings
+    print(f"{args.model} ({asked.parameters / 1e9:.2f}B parameters, {asked.trainable / 1e6:,.1f}M trainable), "
+          f"{s['method']}, {s['precision']}, batch {s['batch_size']} x {s['seq_len']} tokens, "
+          f"checkpointing {'on' if s['checkpointing'] else 'off'}, optimizer {s['optimizer']}")
+    print(asked.table())
+    print(f"fits {args.gpu} ({estimate.gpu_bytes(gpu) / estimate.GIB:.1f} GiB): {'yes' if steps[0].fits else 'no'}\n")
+    print(estimate.format_plan(steps, gpu))
     return 0
 
 

@@ -20,21 +20,46 @@ SOURCES_DIR = NOTEBOOKS_DIR / "src"
 REPOSITORY = "compute-realities/finetune-kit"
 BRANCH = "main"
 
-# The same text in every notebook (a test checks). It never installs torch: Colab and Kaggle
-# ship their own build, and replacing it costs minutes and can break the runtime.
-INSTALL_CELL = f"""\
-# Install the kit and its pinned libraries (about a minute; the runtime's own torch is kept).
-import importlib.util, os, subprocess, sys
+# The distribution pyproject.toml names: the install cell does nothing where it is installed already.
+DISTRIBUTION = "compute-realities-kit"
 
-if importlib.util.find_spec("helpers") is None:
+# The same text in every notebook (a test checks). What it does, in order:
+# 1. nothing at all where the kit is installed (a local clone after `make`, or the cell's second run);
+#    it asks for the distribution rather than for `import helpers`, a name another package may own;
+# 2. on Kaggle, whose internet can be switched off, a 5-second probe, so the student reads how to
+#    switch it on instead of pip's retries and a connection traceback;
+# 3. pip with two constraints files: requirements.txt (the exact pins) and the runtime's own torch
+#    version, so pip can never replace torch (a new torch build costs minutes and breaks CUDA,
+#    torchvision and the runtime); if a pin ever needs a newer torch, pip stops and says so;
+# 4. pip's output only when it fails (its conflict report included), so a good install reads as two
+#    lines, not a screen of "Collecting ..." and resolver warnings about other preinstalled packages.
+# scripts/measure_install.py runs this very text against a local checkout and a venv that holds
+# torch, and reports what pip would download.
+INSTALL_CELL = f"""\
+# Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
+# nothing happens where the kit is installed already (a clone set up with `make`, or a second run).
+import importlib.metadata as metadata, os, socket, subprocess, sys, tempfile
+
+if not any(metadata.distributions(name="{DISTRIBUTION}")):
     repo, branch = "{REPOSITORY}", "{BRANCH}"
-    pip = [sys.executable, "-m", "pip", "install", "-q", "--retries", "1",
-           "-c", f"https://raw.githubusercontent.com/{{repo}}/{{branch}}/requirements.txt",
+    if "KAGGLE_KERNEL_RUN_TYPE" in os.environ:  # Kaggle's internet may be off: say so now, not after pip's retries
+        try:
+            socket.create_connection(("github.com", 443), timeout=5).close()
+        except OSError:
+            raise RuntimeError("This Kaggle session has no internet. Open Settings > Internet, switch it On "
+                               "(it needs a phone-verified account), then run this cell again.") from None
+    runtime_pins = os.path.join(tempfile.mkdtemp(), "runtime-pins.txt")  # pip may not replace the runtime's torch
+    with open(runtime_pins, "w") as f:
+        f.writelines(f"torch=={{d.version}}\\n" for d in metadata.distributions(name="torch"))
+    pip = [sys.executable, "-m", "pip", "install", "--retries", "1",
+           "-c", f"https://raw.githubusercontent.com/{{repo}}/{{branch}}/requirements.txt", "-c", runtime_pins,
            f"git+https://github.com/{{repo}}.git@{{branch}}"]
-    if subprocess.run(pip).returncode != 0:
-        fix = ("Kaggle: open Settings > Internet, switch it On, then run this cell again."
-               if "KAGGLE_KERNEL_RUN_TYPE" in os.environ else "Check the connection and run this cell again.")
-        raise RuntimeError("Installing the kit failed (pip printed why above). " + fix)"""
+    print(f"Installing the kit from github.com/{{repo}} ...")
+    done = subprocess.run(pip, capture_output=True, text=True)  # pip's output only if it fails
+    if done.returncode != 0:
+        print(done.stdout[-3000:], done.stderr[-3000:], sep="\\n")
+        raise RuntimeError("Installing the kit failed: pip says why just above. Fix that, then run this cell again.")
+    print("Installed.")"""
 
 INSTALL_MARKER = '# %% tags=["install"]'
 SYNC_COMMAND = "make notebooks"

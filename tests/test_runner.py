@@ -90,3 +90,22 @@ def test_failing_cell_is_printed_and_the_exit_code_says_so(tmp_path):
     results = json.loads((tmp_path / "out" / "results" / "98_broken.json").read_text())
     assert results == {"before_the_error": 1}  # what ran before the failure is kept
     assert "## Failures" in (tmp_path / "out" / "summary.md").read_text()
+
+
+def test_parameters_with_arithmetic_comments_are_still_injected(tmp_path):
+    """papermill's own parser skips `x = 16  # 1 x 16 = 16`; the runner reads the cell with ast."""
+    from helpers.runner import declared_parameters
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    params = nbformat.v4.new_code_cell("smoke = False\nmax_steps = 100  # 4 x 25 = 100 steps")
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell("import helpers\nhelpers.record('max_steps', max_steps)")]
+    folder = tmp_path / "nbs"
+    folder.mkdir()
+    nbformat.write(nb, folder / "97_params.ipynb")
+    assert declared_parameters(folder / "97_params.ipynb") == {"smoke", "max_steps"}
+    done = run_cli("--smoke", "--notebooks", str(folder), "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "out" / "results" / "97_params.json").read_text()) == {"max_steps": 4}
+    assert "Unable to parse" not in done.stdout + done.stderr

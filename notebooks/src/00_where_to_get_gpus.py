@@ -15,18 +15,30 @@
 #    card can train with each recipe.
 
 # %% tags=["install"]
-# Install the kit and its pinned libraries (about a minute; the runtime's own torch is kept).
-import importlib.util, os, subprocess, sys
+# Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
+# nothing happens where the kit is installed already (a clone set up with `make`, or a second run).
+import importlib.metadata as metadata, os, socket, subprocess, sys, tempfile
 
-if importlib.util.find_spec("helpers") is None:
+if not any(metadata.distributions(name="compute-realities-kit")):
     repo, branch = "compute-realities/finetune-kit", "main"
-    pip = [sys.executable, "-m", "pip", "install", "-q", "--retries", "1",
-           "-c", f"https://raw.githubusercontent.com/{repo}/{branch}/requirements.txt",
+    if "KAGGLE_KERNEL_RUN_TYPE" in os.environ:  # Kaggle's internet may be off: say so now, not after pip's retries
+        try:
+            socket.create_connection(("github.com", 443), timeout=5).close()
+        except OSError:
+            raise RuntimeError("This Kaggle session has no internet. Open Settings > Internet, switch it On "
+                               "(it needs a phone-verified account), then run this cell again.") from None
+    runtime_pins = os.path.join(tempfile.mkdtemp(), "runtime-pins.txt")  # pip may not replace the runtime's torch
+    with open(runtime_pins, "w") as f:
+        f.writelines(f"torch=={d.version}\n" for d in metadata.distributions(name="torch"))
+    pip = [sys.executable, "-m", "pip", "install", "--retries", "1",
+           "-c", f"https://raw.githubusercontent.com/{repo}/{branch}/requirements.txt", "-c", runtime_pins,
            f"git+https://github.com/{repo}.git@{branch}"]
-    if subprocess.run(pip).returncode != 0:
-        fix = ("Kaggle: open Settings > Internet, switch it On, then run this cell again."
-               if "KAGGLE_KERNEL_RUN_TYPE" in os.environ else "Check the connection and run this cell again.")
-        raise RuntimeError("Installing the kit failed (pip printed why above). " + fix)
+    print(f"Installing the kit from github.com/{repo} ...")
+    done = subprocess.run(pip, capture_output=True, text=True)  # pip's output only if it fails
+    if done.returncode != 0:
+        print(done.stdout[-3000:], done.stderr[-3000:], sep="\n")
+        raise RuntimeError("Installing the kit failed: pip says why just above. Fix that, then run this cell again.")
+    print("Installed.")
 
 # %% tags=["parameters"]
 smoke = False  # True: use the embedded tiny model whatever the machine (the runner's --smoke sets it)
@@ -197,6 +209,44 @@ print(data[0])
 helpers.record("dataset_rows", len(data))
 
 # %% [markdown]
+# ## Quick checks
+#
+# Four questions on this notebook. In each cell below, replace `None` with your answer and run the
+# cell: it answers at once, with a hint when the answer is not right yet and the explanation when
+# it is. Each check prints a receipt (question, attempt, result) that stays in the notebook.
+#
+# If your instructor grades these, the answers written in these cells are what counts: keep each
+# one in its `answer_...` line, run all the cells, then download the notebook (File > Download >
+# Download .ipynb) and hand it in. Start with your student id: the last question gives each
+# student their own numbers.
+
+# %%
+# QUICK CHECK student
+from helpers.quickcheck import check
+
+student_id = ""  # your student id, in quotes, exactly as your instructor gave it
+
+# %%
+# QUICK CHECK q00_1
+answer_q00_1 = None  # one letter, in quotes
+check("q00_1", answer_q00_1)
+
+# %%
+# QUICK CHECK q00_2
+answer_q00_2 = None  # every letter that applies, in one string
+check("q00_2", answer_q00_2)
+
+# %%
+# QUICK CHECK q00_3
+answer_q00_3 = None  # a number
+check("q00_3", answer_q00_3)
+
+# %%
+# QUICK CHECK q00_4
+answer_q00_4 = None  # a number, from your own numbers (set student_id first)
+check("q00_4", answer_q00_4, student_id=student_id)
+
+# %% [markdown]
 # ## In this notebook we:
 #
 # - compared free, rented and university GPU options, and when each is the right one;
@@ -205,6 +255,7 @@ helpers.record("dataset_rows", len(data))
 # - checked that 4-bit quantization works here with a real round trip;
 # - measured the per-parameter cost of fp32, bf16 and NF4 weights and of AdamW's state, and turned
 #   them into the largest model each recipe can train on this card;
-# - loaded a model and the course dataset, with the embedded fallback when the real one can't run.
+# - loaded a model and the course dataset, with the embedded fallback when the real one can't run;
+# - checked what we learned with four quick checks.
 #
 # Next: notebook 01 opens the memory bill line by line, activations included.

@@ -1,0 +1,22 @@
+"""Quick checks: questions at the end of every notebook that answer instantly, and bulk grading.
+
+In a notebook (00 ... 08 end with these cells):
+
+    from helpers.quickcheck import check
+    # QUICK CHECK q04_2
+    answer_q04_2 = None  # your answer
+    check("q04_2", answer_q04_2)
+
+For instructors (see the README):
+
+    python -m helpers.quickcheck student notebooks/ handout/           # student versions
+    python -m helpers.quickcheck grade submissions/ --out grades.csv   # grade without running them
+
+Modules: `bank` (the questions, one JSON file per notebook), `judging` (the one rule that judges
+an answer), `checks` (`check`, `ask`), `reading` (answers from a notebook's text, without running
+it), `grading` (the batch, CSV and feedback), `handout` (student versions), `safe_eval`.
+"""
+
+from helpers.quickcheck.checks import ask, check
+
+__all__ = ["ask", "check"]

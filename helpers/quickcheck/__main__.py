@@ -1,0 +1,94 @@
+"""The quick-check commands for instructors and bank authors.
+
+    python -m helpers.quickcheck student SRC OUT_DIR                    # student versions of SRC's notebooks
+    python -m helpers.quickcheck grade SUBMISSION... [--out grades.csv] [--notebook NN]
+    python -m helpers.quickcheck seal BANK.json...                      # hash the plain answers of a bank file
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m helpers.quickcheck",
+                                     description="Student versions and bulk grading of the notebooks' quick checks.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    student = sub.add_parser("student", help="make student versions: solutions removed, answers blank, outputs stripped")
+    student.add_argument("src", type=Path, help="a folder of .ipynb files (e.g. notebooks/) or one .ipynb")
+    student.add_argument("out", type=Path, help="the folder to write the student versions to (not SRC itself)")
+    grade = sub.add_parser("grade", help="grade submitted notebooks without running them")
+    grade.add_argument("submissions", nargs="+", type=Path, help=".ipynb files and folders of them")
+    grade.add_argument("--out", type=Path, default=Path("grades.csv"),
+                       help="the CSV to write (default grades.csv); <stem>_feedback/ and <stem>_report.md go next to it")
+    grade.add_argument("--notebook", action="append", metavar="NN",
+                       help="grade this notebook's questions (00 ... 08; repeatable); default: those the files mention")
+    seal = sub.add_parser("seal", help="replace the plain answers in bank files by hashes (for bank authors)")
+    seal.add_argument("banks", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+
+    if args.command == "student":
+        return _student(args.src, args.out)
+    if args.command == "grade":
+        return _grade(args.submissions, args.out, args.notebook)
+    from helpers.quickcheck.bank import BankError, seal_file
+
+    for path in args.banks:
+        try:
+            sealed = seal_file(path)
+        except (OSError, ValueError, BankError) as e:
+            print(f"error: {path}: {e}", file=sys.stderr)
+            return 2
+        print(f"{path}: sealed {', '.join(sealed) or 'nothing (no plain answers)'}")
+    return 0
+
+
+def _student(src: Path, out: Path) -> int:
+    from helpers.quickcheck.handout import HandoutError, write_student_versions
+
+    try:
+        made = write_student_versions(src, out)
+    except HandoutError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for path, notes in made:
+        print(f"wrote {path}" + "".join(f"\n  {n}" for n in notes))
+    print(f"{len(made)} student version{'s' if len(made) != 1 else ''} in {out}: hand these out "
+          "(outputs stripped, solutions removed, quick checks kept)")
+    return 0
+
+
+def _grade(submissions: list[Path], out: Path, notebooks: list[str] | None) -> int:
+    from helpers.quickcheck.bank import bank_notebooks
+    from helpers.quickcheck.grading import collect, grade
+
+    known = bank_notebooks()
+    unknown = [n for n in notebooks or [] if n not in known]
+    if unknown:
+        print(f"error: --notebook {unknown[0]} has no questions; use one of {', '.join(known)}", file=sys.stderr)
+        return 2
+    if out.is_dir():
+        print(f"error: --out {out} is a folder; give the CSV file to write, e.g. --out {out / 'grades.csv'}",
+              file=sys.stderr)
+        return 2
+    missing = [p for p in submissions if not p.exists()]
+    if missing:
+        print(f"error: no such file or folder: {missing[0]}", file=sys.stderr)
+        return 2
+    if not collect(submissions)[0]:
+        print(f"error: no .ipynb files in {', '.join(map(str, submissions))}", file=sys.stderr)
+        return 2
+    run = grade(submissions, out, notebooks=notebooks)
+    n = len(run.submissions)
+    print(f"graded {n} submission{'s' if n != 1 else ''} in {run.seconds:.1f} s "
+          f"({len(run.unreadable)} could not be read)")
+    for s in run.unreadable:
+        print(f"  could not read {s.path}: {s.reason}")
+    print(f"gradebook: {run.csv_path}\nfeedback for each student: {run.feedback_dir}/\nreport: {run.report_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
