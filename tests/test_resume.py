@@ -1,0 +1,200 @@
+"""Surviving a disconnect (notebook 08): a run killed with SIGKILL resumes to the same loss and weights.
+
+A real Trainer in a subprocess (scripts/train_embedded.py) on the embedded model, killed with
+SIGKILL after its first checkpoint, then resumed from `latest_valid_checkpoint`: every logged loss,
+the final loss and every final weight must equal those of a run that was never interrupted.
+Corrupt and partial checkpoints, as a kill during a save leaves them, are detected and skipped
+with a message that names the folder and the reason.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from helpers.checkpoints import check_checkpoint, latest_valid_checkpoint, list_checkpoints
+from helpers.tracking import MANIFEST_NAME, load_manifest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "train_embedded.py"
+TIMEOUT_S = 240  # seconds for one training subprocess, generous for a loaded CI machine
+
+
+def train(out: Path, *flags: str, log: Path | None = None):
+    """Start scripts/train_embedded.py; returns (process, out, log)."""
+    log = log or out.with_suffix(".log")
+    with open(log, "w") as log_file:  # a file, not a pipe: a full pipe would stall the run
+        process = subprocess.Popen([sys.executable, str(SCRIPT), "--out", str(out), *flags],
+                                   stdout=log_file, stderr=subprocess.STDOUT, cwd=REPO)
+    return process, out, log
+
+
+def finish(run) -> dict:
+    """Wait for a run started by `train`; its result.json."""
+    process, out, log = run
+    try:
+        process.wait(timeout=TIMEOUT_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, log.read_text()[-3000:]
+    return json.loads((out / "result.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory):
+    """The capstone's recipe (QLoRA on the embedded model) run three times, two at once.
+
+    1. the reference: 12 steps, never interrupted;
+    2. the same run, killed with SIGKILL right after its checkpoint-4 is complete;
+    3. a partial checkpoint-8 put where the kill would have left one had it come during the next
+       save (the reference's, weights truncated to half);
+    4. the killed run restarted with --resume: it must skip checkpoint-8, go on from checkpoint-4
+       and end exactly where the reference ended.
+    """
+    base = tmp_path_factory.mktemp("resume")
+    reference = train(base / "reference", "--qlora")
+    doomed, _, _ = train(base / "killed", "--qlora", "--step-delay", "0.3")
+    marker = base / "killed" / "checkpoint-4" / MANIFEST_NAME  # written after trainer_state.json, atomically
+    deadline = time.monotonic() + TIMEOUT_S
+    while not marker.exists():
+        if doomed.poll() is not None or time.monotonic() > deadline:
+            doomed.kill()
+            log = (base / "killed.log").read_text()[-3000:]
+            pytest.fail(f"no checkpoint-4 before the run ended or timed out:\n{log}")
+        time.sleep(0.02)
+    os.kill(doomed.pid, signal.SIGKILL)  # what a Colab disconnect does to the kernel: no cleanup at all
+    doomed.wait()
+    left = sorted(p.name for p in (base / "killed").iterdir())
+    expected = finish(reference)
+    partial = base / "killed" / "checkpoint-8"
+    shutil.rmtree(partial, ignore_errors=True)  # in case the kill came late: the partial one replaces it
+    shutil.copytree(base / "reference" / "checkpoint-8", partial)
+    truncate(partial / "adapter_model.safetensors", 0.5)
+    resumed = train(base / "killed", "--qlora", "--resume", log=base / "resumed.log")
+    return expected, finish(resumed), doomed.returncode, left, base
+
+
+def test_killed_run_resumes_to_the_same_loss_and_weights(interrupted):
+    reference, resumed, returncode, left, base = interrupted
+    assert returncode == -signal.SIGKILL
+    assert "checkpoint-4" in left and "checkpoint-12" not in left and "result.json" not in left, left
+    log = (base / "resumed.log").read_text()
+    assert f"skipping {base / 'killed' / 'checkpoint-8'}: adapter_model.safetensors is truncated" in log
+    assert resumed["resumed_from"] == str(base / "killed" / "checkpoint-4")
+    assert resumed["global_step"] == reference["global_step"] == 12
+    assert resumed["losses"] == reference["losses"], "every logged loss, step by step, exactly"
+    assert resumed["final_loss"] == reference["final_loss"]
+    print(f"\nfinal loss {reference['final_loss']!r} uninterrupted, {resumed['final_loss']!r} killed and resumed")
+    expected = load_file(base / "reference" / "final" / "adapter_model.safetensors")
+    got = load_file(base / "killed" / "final" / "adapter_model.safetensors")
+    assert expected.keys() == got.keys() and len(expected) > 0
+    assert all(torch.equal(expected[k], got[k]) for k in expected), "every final adapter weight, bit for bit"
+
+
+def test_every_checkpoint_carries_its_manifest(interrupted):
+    reference, _, _, _, base = interrupted
+    folders = list_checkpoints(base / "reference")
+    assert [f.name for f in folders] == ["checkpoint-12", "checkpoint-8", "checkpoint-4"]
+    for folder in folders:
+        manifest = load_manifest(folder)
+        step = int(folder.name.split("-")[1])
+        assert manifest["step"] == step and manifest["checkpoint"] == folder.name
+        assert manifest["training"]["effective_batch"] == 4 and manifest["training"]["seed"] == 0
+        assert manifest["metrics"]["last_train_log"]["loss"] == reference["losses"][str(step)]
+    if (REPO / ".git").exists():
+        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
+        assert manifest["kit"]["commit"] == head.stdout.strip()
+
+
+# ---------------------------------------------------------------------------------------------
+# what makes a checkpoint unusable, each named
+
+
+def truncate(path: Path, keep: float):
+    os.truncate(path, int(path.stat().st_size * keep))
+
+
+def weights(folder: Path) -> Path:
+    return next(folder.glob("*.safetensors"))
+
+
+# what a kill during a save (or a full disk, or a bad copy) leaves, and what the message must say
+CORRUPTIONS = {
+    "truncated weights": (lambda c: truncate(weights(c), 0.5),
+                          r"\.safetensors is truncated: [\d,]+ of [\d,]+ bytes"),
+    "no trainer state": (lambda c: (c / "trainer_state.json").unlink(),
+                         r"no trainer_state\.json \(the save was cut off"),
+    "half-written trainer state": (lambda c: truncate(c / "trainer_state.json", 0.3),
+                                   r"trainer_state\.json does not parse"),
+    "truncated optimizer": (lambda c: truncate(c / "optimizer.pt", 0.4),
+                            r"optimizer\.pt is not a complete torch file"),
+    "no optimizer": (lambda c: (c / "optimizer.pt").unlink(),
+                     r"no optimizer\.pt \(saved with save_only_model=True"),
+    "truncated rng state": (lambda c: truncate(c / "rng_state.pth", 0.5),
+                            r"rng_state\.pth is not a complete torch file"),
+    "weights header overwritten": (lambda c: weights(c).write_bytes(b"\xff" * 8 + weights(c).read_bytes()[8:]),
+                                   r"header alone needs"),
+    "no weights": (lambda c: weights(c).unlink(), r"no weights file"),
+}
+
+
+@pytest.mark.parametrize("corruption", CORRUPTIONS)
+def test_a_bad_newest_checkpoint_is_named_and_the_previous_one_used(interrupted, tmp_path, capsys, corruption):
+    base = interrupted[-1]
+    for step in (8, 12):
+        shutil.copytree(base / "reference" / f"checkpoint-{step}", tmp_path / f"checkpoint-{step}")
+    assert check_checkpoint(tmp_path / "checkpoint-12") == []
+    damage, why = CORRUPTIONS[corruption]
+    damage(tmp_path / "checkpoint-12")
+    assert latest_valid_checkpoint(tmp_path) == str(tmp_path / "checkpoint-8")
+    out = capsys.readouterr().out
+    assert re.search(rf"skipping {re.escape(str(tmp_path / 'checkpoint-12'))}: .*{why}", out), out
+    assert f"resuming from {tmp_path / 'checkpoint-8'} (step 8)" in out
+
+
+def test_weights_only_checkpoints_load_but_do_not_resume(interrupted, tmp_path):
+    base = interrupted[-1]
+    shutil.copytree(base / "reference" / "checkpoint-12", tmp_path / "checkpoint-12")
+    (tmp_path / "checkpoint-12" / "optimizer.pt").unlink()
+    assert check_checkpoint(tmp_path / "checkpoint-12", for_resume=False) == []
+    assert latest_valid_checkpoint(tmp_path, for_resume=False) == str(tmp_path / "checkpoint-12")
+    assert latest_valid_checkpoint(tmp_path) is None
+
+
+def test_no_checkpoint_means_start_from_scratch(tmp_path, capsys):
+    assert latest_valid_checkpoint(tmp_path / "never-written") is None
+    assert "no usable checkpoint" in capsys.readouterr().out
+    (tmp_path / "checkpoint-3").mkdir()
+    (tmp_path / "checkpoint-3" / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
+    assert check_checkpoint(tmp_path / "checkpoint-3", for_resume=False) == [
+        "trainer_state.json says step 2 but the folder is checkpoint-3", "no weights file (one of model.safetensors, "
+        "adapter_model.safetensors, model.safetensors.index.json, pytorch_model.bin, adapter_model.bin)"]
+
+
+def test_a_sharded_model_is_checked_shard_by_shard(tmp_path):
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "checkpoint-1"
+    folder.mkdir()
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": 1}))
+    save_file({"a": torch.zeros(4)}, folder / "model-00001-of-00002.safetensors")
+    index = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    assert check_checkpoint(folder, for_resume=False) == [
+        "shard model-00002-of-00002.safetensors named in model.safetensors.index.json is missing"]
+    save_file({"b": torch.zeros(4)}, folder / "model-00002-of-00002.safetensors")
+    assert check_checkpoint(folder, for_resume=False) == []
+    with open(folder / "model-00002-of-00002.safetensors", "ab") as f:
+        f.write(b"\0" * 10)
+    assert check_checkpoint(folder, for_resume=False) == [
+        "model-00002-of-00002.safetensors has 10 bytes more than its header describes (written over?)"]
