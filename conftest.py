@@ -9,5 +9,8 @@ def pytest_configure(config):
     os.environ["HF_DATASETS_OFFLINE"] = "1"
     os.environ["WANDB_MODE"] = "offline"
     os.environ["MPLBACKEND"] = "Agg"
+    # one thread per process: the tiny model's ops are too small to share out, and on a 2-core CI
+    # machine the kernels and workers the tests start would otherwise wait on each other's cores
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     # record() calls from notebooks executed in place by nbval land here, not in the tree
     os.environ["HELPERS_RESULTS_DIR"] = tempfile.mkdtemp(prefix="kit-results-")

@@ -156,8 +156,9 @@ def load_qlora(
     On CPU the bitsandbytes AVX512-BF16 repacking is switched off (`disable_cpu_repacking`): left
     on, one eval-mode forward makes every later LoRA gradient wrong.
 
-    Checkpointing is on in the model itself (`model.is_activation_checkpointing`), so
-    TrainingArguments' `activation_checkpointing` is not needed (setting it changes nothing).
+    Checkpointing is on in the model itself (`model.is_activation_checkpointing`). Pass
+    `activation_checkpointing=True` to TrainingArguments as well: it changes nothing in memory,
+    but the run's manifest and `audit` read the setting from there.
 
     Args:
         model_id: a Hub id ("Qwen/Qwen2.5-0.5B"), a local folder, or "embedded".
@@ -320,10 +321,10 @@ def measure_footprint(model) -> Footprint:
             quantized_bytes += nbytes(module.weight) + sum(nbytes(t) for t in _state_tensors(state))
             quantized_params += int(state.shape[0]) * int(state.shape[1])  # (out, in) before packing
     adapter_bytes = other_bytes = other_params = trainable_params = 0
-    for param in model.parameters():  # tied parameters come once
+    for name, param in model.named_parameters():  # tied parameters come once
         if isinstance(param, bnb.nn.Params4bit):
             continue
-        if param.requires_grad:
+        if "lora_" in name:  # by name: a 4-bit model without an adapter may have trainable norms
             trainable_params += param.numel()
             adapter_bytes += nbytes(param)
         else:

@@ -84,6 +84,7 @@ class Tracking:
     run: object | None = field(default=None, repr=False)  # the wandb Run
     run_dir: Path | None = None  # the local folder holding everything the run records (what `wandb sync` uploads)
     _finished: bool = field(default=False, repr=False)
+    _saved_env: dict = field(default_factory=dict, repr=False)  # the WANDB_* values before init_tracking
 
     @property
     def report_to(self) -> str:
@@ -112,6 +113,7 @@ class Tracking:
                 # (the summary); teardown waits for them, so the folder is complete when this returns
                 wandb.teardown()
             self._finished = True
+        _restore_environment(self._saved_env)
         if self.sync_command:
             print(f"wandb: offline run saved. Upload it later with:\n  {self.sync_command}")
         return self.sync_command
@@ -163,21 +165,39 @@ def init_tracking(
     folder = Path(dir or os.environ.get("WANDB_DIR") or ".").expanduser().resolve()
     folder.mkdir(parents=True, exist_ok=True)
 
+    global _mode_we_set
     chosen, reason, key, key_source = _choose_mode(mode)
+    saved_env = {k: os.environ.get(k) for k in ("WANDB_MODE", "WANDB_PROJECT", "WANDB_SILENT", "WANDB_DIR")}
     os.environ.update(WANDB_MODE=chosen, WANDB_PROJECT=project, WANDB_SILENT="true", WANDB_DIR=str(folder))
+    _mode_we_set = chosen
     run = None
     if chosen == "online":
         try:
             run = _start_run(project, config, name, chosen, folder, run_id, key)
         except Exception as e:  # any failure online (auth, timeout, server error) must not stop the course
             chosen, reason = "offline", f"wandb could not start online ({_scrub_text(_first_line(e))})"
-            os.environ["WANDB_MODE"] = chosen
+            os.environ["WANDB_MODE"] = _mode_we_set = chosen
     if run is None and chosen != "disabled":
         run = _start_run(project, config, name, chosen, folder, run_id, None)
     run_dir = Path(run.sync_dir) if run is not None and chosen != "disabled" else None
-    tracking = Tracking(project, chosen, reason, key_source, run, run_dir)
+    tracking = Tracking(project, chosen, reason, key_source, run, run_dir, _saved_env=saved_env)
     _announce(tracking)
     return tracking
+
+
+# the WANDB_MODE an unfinished init_tracking call wrote into the environment, so a later call
+# does not mistake it for the user's choice (finish() puts the user's values back)
+_mode_we_set: str | None = None
+
+
+def _restore_environment(saved: dict) -> None:
+    global _mode_we_set
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    _mode_we_set = None
 
 
 def _choose_mode(mode: str) -> tuple[str, str, str | None, str | None]:
@@ -185,6 +205,8 @@ def _choose_mode(mode: str) -> tuple[str, str, str | None, str | None]:
     if mode in ("offline", "disabled"):
         return mode, f"mode={mode!r} was asked for", None, None
     env_mode = os.environ.get("WANDB_MODE", "").strip().lower()
+    if env_mode == _mode_we_set:  # our own earlier choice (maybe a network blip), not the user's
+        env_mode = ""
     if mode == "auto" and env_mode in ("offline", "dryrun", "disabled"):
         chosen = "disabled" if env_mode == "disabled" else "offline"
         return chosen, f"WANDB_MODE={env_mode} is set in the environment", None, None
