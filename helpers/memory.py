@@ -137,7 +137,7 @@ def track_saved_tensors(*models):
             live += storage.nbytes()
             saved.peak_bytes = max(saved.peak_bytes, live)
         held[key][0] += 1
-        return _Held(t, lambda: release(key))
+        return _Held(t.detach(), lambda: release(key))  # detached: no cycle through an output's grad_fn
 
     def unpack(h):
         return h.tensor if isinstance(h, _Held) else h
