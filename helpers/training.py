@@ -396,7 +396,9 @@ def audit(args, model=None, gpu=None, *, seq_len: int | None = None, reported_ba
             "report_to='wandb' (it runs offline without an account, notebook 06) or 'tensorboard', and keep "
             "args.to_json_string() with every checkpoint"))
     seq_len = seq_len or s.get("max_length") or s.get("max_seq_length")
-    if model is not None and card is not None and not s["activation_checkpointing"]:
+    # load_qlora turns checkpointing on inside the model itself: that counts as on
+    on_in_model = bool(getattr(model, "is_activation_checkpointing", False))
+    if model is not None and card is not None and not s["activation_checkpointing"] and not on_in_model:
         if not seq_len:
             raise ValueError("audit(model=...) estimates activations, which grow with the sequence length: "
                              "pass seq_len=, e.g. audit(args, model, seq_len=1024)")

@@ -214,6 +214,19 @@ def test_checkpointing_off_while_the_estimate_exceeds_the_card():
         audit(run, model="Qwen2.5-0.5B", gpu="T4")
 
 
+def test_checkpointing_switched_on_inside_the_model_counts(monkeypatch):
+    """load_qlora turns checkpointing on in the model, not in TrainingArguments."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model("qwen2", hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
+                                  num_key_value_heads=2, intermediate_size=4864, vocab_size=151936)
+    model = type("Model", (), {"config": config, "is_activation_checkpointing": False})()
+    run = {**GOOD, "fp16": True}
+    assert codes(audit(run, model=model, gpu="T4", seq_len=1024)) == ["checkpointing_off"]
+    model.is_activation_checkpointing = True
+    assert audit(run, model=model, gpu="T4", seq_len=1024) == []
+
+
 def test_per_device_batch_reported_as_the_batch_size():
     findings = audit(GOOD, reported_batch=4, num_devices=2)
     assert codes(findings) == ["batch_misreported"]
