@@ -217,8 +217,9 @@ helpers.record("plan_7b_t4_last_step", steps[-1].technique)
 helpers.record("plan_7b_t4_total_gib", round(steps[-1].estimate.total / 2**30, 2))
 
 # %% [markdown]
-# Every technique short of QLoRA leaves a 7B model far above 15 GiB: its weights alone are 27 GiB
-# in fp32 and 13.5 GiB in 16 bits. In 4 bits they fit with room to train. Notebooks 02 to 05 take
+# Every technique short of QLoRA leaves a 7B model above a T4's 15 GiB: its weights alone are
+# 27 GiB in fp32 and 13.5 GiB in 16 bits, before a single activation. In 4 bits they take under
+# 5 GiB, with room left to train. Notebooks 02 to 05 take
 # each step of this plan apart, and notebook 08 runs it.
 #
 # The same answer from a terminal, in well under a second:
