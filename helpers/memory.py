@@ -691,6 +691,9 @@ class _LiveReadout:
         self.every_n_steps = every_n_steps
         self.output = output
         self.summary: dict = {}  # filled at the end of training, ready for helpers.record
+        # set again by on_train_begin; here so that a log before any training (trainer.evaluate()) finds them
+        self._pending, self._loss, self._train_loss = False, None, None
+        self._notebook, self._handle, self._line = False, None, ""
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._meter = _Meter(str(args.device))

@@ -211,7 +211,7 @@ def effective_batch_size(args, num_devices: int | None = None) -> int:
         ...                      num_devices=1)
         16
     """
-    s = _settings(args)
+    s = _settings(args, check_keywords=False)
     return s["per_device_train_batch_size"] * s["gradient_accumulation_steps"] * _devices(args, num_devices)
 
 
@@ -229,7 +229,7 @@ def log_effective_batch(args, num_devices: int | None = None, *, record: bool = 
     Returns:
         the effective batch.
     """
-    s = _settings(args)
+    s = _settings(args, check_keywords=False)
     devices = _devices(args, num_devices)
     n = s["per_device_train_batch_size"] * s["gradient_accumulation_steps"] * devices
     print(f"effective batch = per_device_batch {s['per_device_train_batch_size']} x grad_accum_steps "
@@ -419,10 +419,16 @@ def audit(args, model=None, gpu=None, *, seq_len: int | None = None, reported_ba
     return findings
 
 
-def _settings(args) -> dict:
-    """The keywords the checks read, from TrainingArguments or a dict (with TrainingArguments' defaults)."""
-    if isinstance(args, dict):
+def _settings(args, *, check_keywords: bool = True) -> dict:
+    """The keywords the checks read, from TrainingArguments or a dict (with TrainingArguments' defaults).
+
+    check_keywords=False skips the spelling check of a dict's keywords, which imports
+    transformers (and with it bitsandbytes, after which accelerate's notebook_launcher refuses to
+    start): the effective-batch helpers read two keys and must stay usable before a launch.
+    """
+    if isinstance(args, dict) and check_keywords:
         _check_keywords(args)
+    if isinstance(args, dict):
         get = args.get
     else:
         def get(name, default=None):

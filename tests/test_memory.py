@@ -634,3 +634,14 @@ def test_a_forward_without_backward_does_not_keep_its_graph_alive():
     del out
     gc.collect()
     assert probe() is None, "the forward's graph outlived the block"
+
+
+def test_live_callback_takes_a_log_before_any_training():
+    """trainer.evaluate() on a Trainer that never trained logs before on_train_begin."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from helpers.memory import LiveMemoryCallback
+
+    callback = LiveMemoryCallback(output="text")
+    args = TrainingArguments(output_dir="unused", report_to="none", use_cpu=True)
+    callback.on_log(args, TrainerState(), TrainerControl(), logs={"eval_loss": 1.0})

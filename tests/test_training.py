@@ -375,3 +375,15 @@ def test_fit_batch_on_a_pretend_card_finds_the_batch_that_fits(tiny_model):
     with activation_budget(saved.peak_bytes * 5 // 4, model):
         fitted = fit_batch(train, {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}, num_devices=1)
     assert fitted.tried == [(8, 1), (4, 2), (2, 4)]
+
+
+def test_effective_batch_of_a_dict_imports_no_transformers():
+    """Kaggle T4 x2: computed before notebook_launcher, which refuses to start once bitsandbytes is in."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from helpers.training import effective_batch_size as e; "
+            "assert e({'per_device_train_batch_size': 4, 'gradient_accumulation_steps': 2}, num_devices=2) == 16; "
+            "assert 'transformers' not in sys.modules and 'bitsandbytes' not in sys.modules")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
