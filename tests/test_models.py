@@ -98,7 +98,11 @@ def test_a_hanging_network_does_not_hang_the_notebook(monkeypatch):
 
     # a fake for what cannot exist here: a DNS lookup that never answers (it ignores socket timeouts)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.setattr(models.socket, "create_connection", lambda *a, **k: time.sleep(30))
+    def never_answers(*args, **kwargs):
+        time.sleep(5)  # seconds, far past the timeout below; then fail as a dead lookup would
+        raise OSError("lookup timed out")
+
+    monkeypatch.setattr(models.socket, "create_connection", never_answers)
     start = time.perf_counter()
     assert models.hub_reachable(timeout=0.5) is False
     assert time.perf_counter() - start < 2  # seconds
