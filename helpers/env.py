@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
+import threading
 from dataclasses import dataclass, field
 
 GIB = 1024**3
@@ -233,3 +235,25 @@ def check_4bit(device: str | None = None) -> tuple[bool, str]:
     except Exception as e:  # any failure means "no 4-bit here"; the message says which
         return False, f"4-bit NF4 failed on {device}: {type(e).__name__}: {e}"
     return True, f"4-bit NF4 works on {device} (mean round-trip error {err:.3f} on N(0,1) weights)"
+
+
+def can_connect(host: str, port: int, timeout: float) -> bool:
+    """True when a TCP connection to host:port opens within `timeout` seconds.
+
+    The connection runs in a daemon thread because a DNS lookup ignores socket timeouts and can
+    hang for minutes on a broken network; the caller waits `timeout` seconds at most. Used to
+    decide, without waiting on pip or the Hub, whether this runtime is online.
+    """
+    ok = []
+
+    def connect():
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            ok.append(True)
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=connect, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return bool(ok)

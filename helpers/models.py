@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
-import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
+
+from helpers.env import can_connect
 
 ASSETS = Path(__file__).parent / "assets"
 EMBEDDED_DIR = ASSETS / "tiny-llama"
@@ -45,26 +45,13 @@ COURSE_MODELS = (
 def hub_reachable(timeout: float = HUB_TIMEOUT_S) -> bool:
     """True when a TCP connection to the Hub opens within `timeout` seconds.
 
-    Honours HF_HUB_OFFLINE and HF_ENDPOINT. The connection runs in a daemon thread because a
-    DNS lookup ignores socket timeouts and can hang for a long time on a broken network.
+    Honours HF_HUB_OFFLINE and HF_ENDPOINT; never waits longer than `timeout` (helpers.env.can_connect).
     """
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         return False
     url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
     host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
-    ok = []
-
-    def connect():
-        try:
-            socket.create_connection((host, port), timeout=timeout).close()
-            ok.append(True)
-        except OSError:
-            pass
-
-    t = threading.Thread(target=connect, daemon=True)
-    t.start()
-    t.join(timeout)
-    return bool(ok)
+    return can_connect(host, port, timeout)
 
 
 def embedded_dir() -> Path:

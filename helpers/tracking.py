@@ -29,7 +29,6 @@ import math
 import os
 import re
 import shlex
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,6 +38,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlparse
+
+from helpers.env import can_connect
 
 KEY_NAME = "WANDB_API_KEY"  # the name of the key everywhere: env variable, Colab secret, Kaggle secret
 MANIFEST_NAME = "run_manifest.json"
@@ -216,7 +217,7 @@ def _choose_mode(mode: str) -> tuple[str, str, str | None, str | None]:
         return ("offline", f"no W&B key found ({where}). Add a secret named {KEY_NAME} (Colab: the key icon "
                 "in the left bar; Kaggle: Add-ons > Secrets) to go online", None, None)
     host, port = _server()
-    if not _reachable(host, port, HOST_TIMEOUT_S):
+    if not can_connect(host, port, HOST_TIMEOUT_S):
         return ("offline", f"a W&B key was found ({source}) but {host}:{port} cannot be reached within "
                 f"{HOST_TIMEOUT_S:g} s (Kaggle: Settings > Internet > On)", None, source)
     return "online", f"W&B key from {source}", key, source
@@ -315,23 +316,6 @@ def _netrc_has_key() -> bool:
 def _server() -> tuple[str, int]:
     url = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai"))
     return url.hostname or "api.wandb.ai", url.port or (443 if url.scheme == "https" else 80)
-
-
-def _reachable(host: str, port: int, timeout: float) -> bool:
-    """True when a TCP connection opens within `timeout` seconds (in a thread: DNS ignores socket timeouts)."""
-    ok = []
-
-    def connect():
-        try:
-            socket.create_connection((host, port), timeout=timeout).close()
-            ok.append(True)
-        except OSError:
-            pass
-
-    thread = threading.Thread(target=connect, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    return bool(ok)
 
 
 def _first_line(e: Exception) -> str:

@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from helpers import models
+from helpers import env, models
 from helpers.data import DATASET_PATH, load_course_data
 from helpers.models import EMBEDDED_DIR, is_embedded, load_model
 
@@ -102,7 +102,7 @@ def test_a_hanging_network_does_not_hang_the_notebook(monkeypatch):
         time.sleep(5)  # seconds, far past the timeout below; then fail as a dead lookup would
         raise OSError("lookup timed out")
 
-    monkeypatch.setattr(models.socket, "create_connection", never_answers)
+    monkeypatch.setattr(env.socket, "create_connection", never_answers)
     start = time.perf_counter()
     assert models.hub_reachable(timeout=0.5) is False
     assert time.perf_counter() - start < 2  # seconds
