@@ -30,6 +30,8 @@ import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
+from helpers._callbacks import lazy_callbacks
+
 MIB = 2**20
 GIB = 2**30
 
@@ -837,26 +839,8 @@ def _in_notebook() -> bool:
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 
-def _live_memory_callback_class():
-    from transformers import TrainerCallback
-
-    class LiveMemoryCallback(_LiveReadout, TrainerCallback):
-        __doc__ = _LiveReadout.__doc__
-
-    LiveMemoryCallback.__module__, LiveMemoryCallback.__qualname__ = __name__, "LiveMemoryCallback"
-    return LiveMemoryCallback
-
-
-def __getattr__(name):  # LiveMemoryCallback subclasses TrainerCallback: import transformers on first use
-    if name == "LiveMemoryCallback":
-        cls = _live_memory_callback_class()
-        globals()[name] = cls
-        return cls
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():  # tab completion lists the callback before its first use
-    return sorted(set(globals()) | {"LiveMemoryCallback"})
+# LiveMemoryCallback subclasses TrainerCallback: built, importing transformers, on first use
+__getattr__, __dir__ = lazy_callbacks(globals(), LiveMemoryCallback=_LiveReadout)
 
 
 # ---------------------------------------------------------------------------------------------

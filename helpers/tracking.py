@@ -39,6 +39,7 @@ from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlparse
 
+from helpers._callbacks import lazy_callbacks
 from helpers.env import can_connect
 
 KEY_NAME = "WANDB_API_KEY"  # the name of the key everywhere: env variable, Colab secret, Kaggle secret
@@ -363,7 +364,26 @@ def _listing(folder: Path) -> str:
 
 
 class _ManifestWriter:
-    """The body of `ManifestCallback`, kept free of transformers so importing this module stays cheap."""
+    """Write `run_manifest.json` into every checkpoint the Trainer saves, and log it to wandb.
+
+    The manifest holds every training argument, the seed, the effective batch
+    (per_device_batch x grad_accum_steps x num_devices), the model id and revision, the
+    dataset fingerprint, package versions, the kit's commit, the card (helpers.env.describe)
+    and the peak memory so far. Read it back with `load_manifest`. Taught in notebook 06.
+
+    Args:
+        model_id: the id to record; default: the model's own (`config._name_or_path`,
+            "embedded" for the kit's tiny model).
+        revision: the branch, tag or commit passed to `load_model` / `load_qlora`; the
+            commit it points to is read from the local Hub cache (no network).
+        dataset: the training dataset whose fingerprint to record; default: the one the
+            Trainer's dataloader holds.
+        extra: anything else to keep with each checkpoint (JSON-safe values).
+
+    Example:
+        >>> trainer = Trainer(model, args, train_dataset=train,
+        ...                   callbacks=[ManifestCallback(dataset=train)])  # doctest: +SKIP
+    """
 
     def __init__(self, *, model_id: str | None = None, revision: str | None = None, dataset=None,
                  extra: dict | None = None):
@@ -420,45 +440,8 @@ class _ManifestWriter:
         return _scrub(json.loads(json.dumps(manifest, default=_json_default)))  # JSON-safe, then no secrets
 
 
-def _manifest_callback_class():
-    from transformers import TrainerCallback
-
-    class ManifestCallback(_ManifestWriter, TrainerCallback):
-        """Write `run_manifest.json` into every checkpoint the Trainer saves, and log it to wandb.
-
-        The manifest holds every training argument, the seed, the effective batch
-        (per_device_batch x grad_accum_steps x num_devices), the model id and revision, the
-        dataset fingerprint, package versions, the kit's commit, the card (helpers.env.describe)
-        and the peak memory so far. Read it back with `load_manifest`. Taught in notebook 06.
-
-        Args:
-            model_id: the id to record; default: the model's own (`config._name_or_path`,
-                "embedded" for the kit's tiny model).
-            revision: the branch, tag or commit passed to `load_model` / `load_qlora`; the
-                commit it points to is read from the local Hub cache (no network).
-            dataset: the training dataset whose fingerprint to record; default: the one the
-                Trainer's dataloader holds.
-            extra: anything else to keep with each checkpoint (JSON-safe values).
-
-        Example:
-            >>> trainer = Trainer(model, args, train_dataset=train,
-            ...                   callbacks=[ManifestCallback(dataset=train)])  # doctest: +SKIP
-        """
-
-    ManifestCallback.__module__, ManifestCallback.__qualname__ = __name__, "ManifestCallback"
-    return ManifestCallback
-
-
-def __getattr__(name):  # ManifestCallback subclasses TrainerCallback: import transformers on first use
-    if name == "ManifestCallback":
-        cls = _manifest_callback_class()
-        globals()[name] = cls
-        return cls
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | {"ManifestCallback"})
+# ManifestCallback subclasses TrainerCallback: built, importing transformers, on first use
+__getattr__, __dir__ = lazy_callbacks(globals(), ManifestCallback=_ManifestWriter)
 
 
 def _training_section(args) -> dict:

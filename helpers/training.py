@@ -24,6 +24,7 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from helpers._callbacks import lazy_callbacks
 from helpers.env import GIB, Gpu, Precision, choose_precision, detect_gpus
 
 DEFAULT_SEED = 42  # what training_args() uses when no seed is given, and says so
@@ -281,35 +282,20 @@ _CALLBACK_DOC = """Print and record the effective batch when a Trainer starts tr
     """
 
 
-def _effective_batch_callback_class():
-    from transformers import TrainerCallback
+class _EffectiveBatch:
+    __doc__ = _CALLBACK_DOC
 
-    class EffectiveBatchCallback(TrainerCallback):
-        __doc__ = _CALLBACK_DOC
+    def __init__(self, num_devices: int | None = None, *, record: bool = True):
+        self.num_devices, self.record = num_devices, record
+        self.effective_batch: int | None = None
 
-        def __init__(self, num_devices: int | None = None, *, record: bool = True):
-            self.num_devices, self.record = num_devices, record
-            self.effective_batch: int | None = None
-
-        def on_train_begin(self, args, state, control, **kwargs):
-            if state.is_world_process_zero:
-                self.effective_batch = log_effective_batch(args, self.num_devices, record=self.record)
-
-    EffectiveBatchCallback.__module__ = __name__
-    EffectiveBatchCallback.__qualname__ = "EffectiveBatchCallback"
-    return EffectiveBatchCallback
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.effective_batch = log_effective_batch(args, self.num_devices, record=self.record)
 
 
-def __getattr__(name):  # the callback subclasses TrainerCallback: import transformers on first use
-    if name == "EffectiveBatchCallback":
-        cls = _effective_batch_callback_class()
-        globals()[name] = cls
-        return cls
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():  # tab completion lists the callback before its first use
-    return sorted(set(globals()) | {"EffectiveBatchCallback"})
+# EffectiveBatchCallback subclasses TrainerCallback: built, importing transformers, on first use
+__getattr__, __dir__ = lazy_callbacks(globals(), EffectiveBatchCallback=_EffectiveBatch)
 
 
 # ---------------------------------------------------------------------------------------------
