@@ -1,8 +1,7 @@
-"""Training set-up: seeds, TrainingArguments for this card, the effective batch, a mistake audit, auto-fit.
+"""Training set-up: TrainingArguments for this card, the effective batch, a mistake audit, auto-fit.
 
 Which notebook teaches what:
 
-- `seed_everything`: notebook 06 (experiment tracking); used by every notebook that trains.
 - `precision_kwargs` and `training_args`: notebook 02 (mixed precision), shown in 00.
 - `effective_batch_size`, `log_effective_batch`, `EffectiveBatchCallback`: notebook 04 (gradient
   accumulation); 07 adds the devices.
@@ -18,7 +17,6 @@ from __future__ import annotations
 import difflib
 import logging
 import os
-import random
 import sys
 import warnings
 from contextlib import contextmanager
@@ -44,29 +42,8 @@ __all__ = [
     "fit_batch",
     "log_effective_batch",
     "precision_kwargs",
-    "seed_everything",
     "training_args",
 ]
-
-
-def seed_everything(seed: int) -> int:
-    """Seed Python, NumPy and torch (CPU and every GPU) so a run can be repeated.
-
-    Pass the same number to TrainingArguments(seed=...): the Trainer reseeds when it starts.
-
-    Returns:
-        the seed, so a notebook can record it.
-    """
-    import numpy as np
-    import torch
-
-    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**32:
-        raise ValueError(f"seed must be an int in [0, 2**32), got {seed!r}; e.g. seed_everything(42)")
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)  # seeds every CUDA device too
-    os.environ["PYTHONHASHSEED"] = str(seed)  # for worker processes started after this
-    return seed
 
 
 def precision_kwargs(gpus: tuple[Gpu, ...] | list[Gpu] | None = None) -> dict[str, bool]:

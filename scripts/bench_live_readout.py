@@ -55,7 +55,7 @@ def run(dataset, *, steps: int, batch: int, every_n_steps: int | None) -> list[f
 
     from helpers.memory import LiveMemoryCallback
     from helpers.models import load_model
-    from helpers.training import seed_everything
+    from helpers.seeds import seed_everything
 
     class StepClock(TrainerCallback):
         def __init__(self):

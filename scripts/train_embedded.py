@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     from helpers.data import load_course_data
     from helpers.models import load_model, load_qlora
     from helpers.tracking import ManifestCallback
-    from helpers.training import seed_everything
+    from helpers.seeds import seed_everything
 
     seed_everything(opts.seed)
     if opts.qlora:

@@ -15,7 +15,7 @@ import torch
 
 from helpers.estimate import estimate_training_memory
 from helpers.memory import track_saved_tensors
-from helpers.training import seed_everything
+from helpers.seeds import seed_everything
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,8 @@ from transformers import Trainer, TrainingArguments
 from helpers import tracking
 from helpers.data import load_course_data
 from helpers.models import load_model, load_qlora
-from helpers.tracking import MANIFEST_NAME, ManifestCallback, init_tracking, load_manifest, plot_seeds, run_seeds
+from helpers.seeds import plot_seeds, run_seeds
+from helpers.tracking import MANIFEST_NAME, ManifestCallback, init_tracking, load_manifest
 
 FAKE_KEY = "local-secret-" + "3f9c2a7e1b" * 4  # the shape of a wandb key (a prefix and 40+ characters)
 FAKE_HF_TOKEN = "hf_plantedFakeTokenForTheLeakTest0123456789"

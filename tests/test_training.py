@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from helpers.env import GIB, Gpu
+from helpers.seeds import seed_everything
 from helpers.training import (
     DEFAULT_SEED,
     AuditWarning,
@@ -19,7 +20,6 @@ from helpers.training import (
     effective_batch_size,
     fit_batch,
     log_effective_batch,
-    seed_everything,
     training_args,
 )
 

@@ -71,7 +71,8 @@ import helpers
 from helpers.data import load_course_data
 from helpers.env import describe
 from helpers.models import load_model
-from helpers.training import seed_everything, training_args
+from helpers.seeds import seed_everything
+from helpers.training import training_args
 
 machine = describe()
 print(machine.summary())
@@ -162,7 +163,8 @@ helpers.record("same_seed_max_abs_diff", same_seed_diff)
 import shutil
 from pathlib import Path
 
-from helpers.tracking import init_tracking, run_seeds
+from helpers.seeds import run_seeds
+from helpers.tracking import init_tracking
 
 runs_dir = Path("build/runs")
 shutil.rmtree(runs_dir, ignore_errors=True)  # checkpoints of an earlier run of this cell must not join the comparison
@@ -205,7 +207,7 @@ helpers.record("other_seed_max_abs_diff", other_seed_diff)
 # %%
 import math
 
-from helpers.tracking import plot_seeds
+from helpers.seeds import plot_seeds
 
 decimals = max(1, 1 - math.floor(math.log10(runs.std))) if runs.std > 0 else 4  # two significant digits of the std
 print(f"final eval loss = {runs.mean:.{decimals}f} ± {runs.std:.{decimals}f} (mean ± std over n = {len(seeds)} "

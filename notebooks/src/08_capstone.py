@@ -121,7 +121,7 @@ helpers.record("output_dir", str(output_dir))
 import torch
 
 from helpers.models import is_embedded, load_qlora
-from helpers.training import seed_everything
+from helpers.seeds import seed_everything
 
 seed_everything(seed)
 model, tokenizer = load_qlora(model_id, smoke=smoke)
