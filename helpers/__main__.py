@@ -1,10 +1,11 @@
 """The kit's command line.
 
-    python -m helpers run [--only NAME ...] [--smoke] [--out DIR]   # execute the notebooks (make run)
-    python -m helpers notebooks [--check]                          # rebuild .ipynb from notebooks/src, and the badges
-    python -m helpers badges [--check]                             # rewrite colab_badges.md
-    python -m helpers plan --model Mistral-7B --gpu T4 --seq-len 512 [--qlora]  # what fits, and how
-    python -m helpers quickcheck student|grade|seal ...            # instructors: see python -m helpers.quickcheck -h
+python -m helpers run [--only NAME ...] [--smoke] [--out DIR]   # execute the notebooks (make run)
+python -m helpers notebooks [--check]                          # rebuild .ipynb from notebooks/src, and the badges
+python -m helpers badges [--check]                             # rewrite colab_badges.md
+python -m helpers plan --model Mistral-7B --gpu T4 --seq-len 512 [--qlora]  # what fits, and how
+python -m helpers gpu-proof --out DIR                          # on a machine with one CUDA GPU: the proof
+python -m helpers quickcheck student|grade|seal ...            # instructors: see python -m helpers.quickcheck -h
 """
 
 from __future__ import annotations
@@ -20,12 +21,29 @@ def main(argv: list[str] | None = None) -> int:
         from helpers.quickcheck.__main__ import main as quickcheck_main
 
         return quickcheck_main(argv[1:])
+    args = _parser().parse_args(argv)
+    if args.command == "plan":
+        return _plan(args)
+    if args.command == "run":
+        return _run(args)
+    if args.command == "gpu-proof":
+        from helpers.maintainer import gpu_proof
+
+        return gpu_proof.main(args.out, only=tuple(args.only or ()))
+    return _notebooks(args)
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m helpers", description="The course kit's commands.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="execute the notebooks headless with papermill and report their figures")
-    run.add_argument("--only", action="append", metavar="NAME",
-                     help="a notebook stem or its number (00, 03_gradient_checkpointing); repeatable")
+    run.add_argument(
+        "--only",
+        action="append",
+        metavar="NAME",
+        help="a notebook stem or its number (00, 03_gradient_checkpointing); repeatable",
+    )
     run.add_argument("--smoke", action="store_true", help="force the embedded tiny model and a few steps")
     run.add_argument("--out", type=Path, default=Path("build"), help="output folder (default: build)")
     run.add_argument("--notebooks", type=Path, default=None, help="folder of notebooks (default: the kit's)")
@@ -36,7 +54,17 @@ def main(argv: list[str] | None = None) -> int:
     bdg = sub.add_parser("badges", help="write colab_badges.md: a Colab and a Kaggle badge per notebook")
     bdg.add_argument("--check", action="store_true", help="only say whether it is current; exit 1 if not")
 
-    pln = sub.add_parser("plan", help="estimate a fine-tune's memory on a card and plan what makes it fit")
+    proof = sub.add_parser("gpu-proof", help="prove the kit on one CUDA GPU (no internet needed); see docs/")
+    proof.add_argument("--out", type=Path, required=True, help="folder for gpu-proof.md and gpu-proof.json")
+    proof.add_argument(
+        "--only", action="append", metavar="SECTION", help="notebooks, estimator, headline, oom, precision"
+    )
+
+    _plan_arguments(sub.add_parser("plan", help="estimate a fine-tune's memory on a card and plan what makes it fit"))
+    return parser
+
+
+def _plan_arguments(pln: argparse.ArgumentParser) -> None:
     pln.add_argument("--model", required=True, help="a catalog model, e.g. Mistral-7B, SmolLM2-135M")
     pln.add_argument("--gpu", default="T4", help="a catalog card (T4, L4, A100-40GB, ...) or GiB, e.g. 15.0")
     pln.add_argument("--seq-len", type=int, required=True, help="tokens per sequence")
@@ -49,19 +77,20 @@ def main(argv: list[str] | None = None) -> int:
     pln.add_argument("--checkpointing", action="store_true", help="gradient checkpointing on")
     pln.add_argument("--optimizer", default="adamw", choices=("adamw", "adamw_8bit", "paged_adamw_8bit", "sgd"))
 
-    args = parser.parse_args(argv)
-    if args.command == "plan":
-        return _plan(args)
-    if args.command == "run":
-        from helpers import runner
 
-        try:
-            return runner.run(args.only, smoke=args.smoke, out=args.out,
-                              folder=args.notebooks or runner.NOTEBOOKS_DIR)
-        except runner.UsageError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-    from helpers import badges, notebooks  # "notebooks" and "badges": the badges are built from the notebooks
+def _run(args) -> int:
+    from helpers.maintainer import runner
+
+    try:
+        return runner.run(args.only, smoke=args.smoke, out=args.out, folder=args.notebooks or runner.NOTEBOOKS_DIR)
+    except runner.UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _notebooks(args) -> int:
+    """`notebooks` and `badges`: the badges are built from the notebooks."""
+    from helpers.maintainer import badges, notebooks
 
     try:
         if args.command == "badges":
@@ -88,31 +117,40 @@ def main(argv: list[str] | None = None) -> int:
 
 def _plan(args) -> int:
     """Print the estimate for the job as asked, whether it fits, and the plan that makes it fit."""
-    from helpers import estimate
+    from helpers._util import GIB
+    from helpers.catalog import gpu_bytes
+    from helpers.plan import format_plan, plan
 
     gpu = args.gpu
     try:
         gpu = float(gpu)  # GiB
     except ValueError:
         pass
-    settings = dict(batch_size=args.batch_size, seq_len=args.seq_len, checkpointing=args.checkpointing,
-                    optimizer=args.optimizer, lora_r=args.lora_r,
-                    method="qlora" if args.qlora else "lora" if args.lora else "full")
+    settings = dict(
+        per_device_batch=args.batch_size,
+        seq_len=args.seq_len,
+        checkpointing=args.checkpointing,
+        optimizer=args.optimizer,
+        lora_r=args.lora_r,
+        method="qlora" if args.qlora else "lora" if args.lora else "full",
+    )
     if args.precision:
         settings["precision"] = args.precision
     try:
-        steps = estimate.plan(args.model, gpu, **settings)
+        steps = plan(args.model, gpu, **settings)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     asked = steps[0].estimate
     s = asked.settings
-    print(f"{args.model} ({asked.parameters / 1e9:.2f}B parameters, {asked.trainable / 1e6:,.1f}M trainable), "
-          f"{s['method']}, {s['precision']}, batch {s['batch_size']} x {s['seq_len']} tokens, "
-          f"checkpointing {'on' if s['checkpointing'] else 'off'}, optimizer {s['optimizer']}")
+    print(
+        f"{args.model} ({asked.parameters / 1e9:.2f}B parameters, {asked.trainable / 1e6:,.1f}M trainable), "
+        f"{s['method']}, {s['precision']}, batch {s['batch_size']} x {s['seq_len']} tokens, "
+        f"checkpointing {'on' if s['checkpointing'] else 'off'}, optimizer {s['optimizer']}"
+    )
     print(asked.table())
-    print(f"fits {args.gpu} ({estimate.gpu_bytes(gpu) / estimate.GIB:.1f} GiB): {'yes' if steps[0].fits else 'no'}\n")
-    print(estimate.format_plan(steps, gpu))
+    print(f"fits {args.gpu} ({gpu_bytes(gpu) / GIB:.1f} GiB): {'yes' if steps[0].fits else 'no'}\n")
+    print(format_plan(steps, gpu))
     return 0
 
 

@@ -21,8 +21,11 @@ def lazy_callbacks(namespace: dict, **mixins):
         from transformers import TrainerCallback
 
         mixin = mixins[name]
-        cls = type(name, (mixin, TrainerCallback),
-                   {"__doc__": mixin.__doc__, "__module__": namespace["__name__"], "__qualname__": name})
+        cls = type(
+            name,
+            (mixin, TrainerCallback),
+            {"__doc__": mixin.__doc__, "__module__": namespace["__name__"], "__qualname__": name},
+        )
         namespace[name] = cls  # built once
         return cls
 

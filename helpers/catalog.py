@@ -62,8 +62,10 @@ def gpu_bytes(gpu) -> int:
         return int(gpu * GIB)
     if isinstance(gpu, int) and not isinstance(gpu, bool) and gpu > 0:
         return gpu
-    raise ValueError(f"gpu must be a catalog name such as 'T4', GiB as a positive float (15.0) or bytes as a "
-                     f"positive int; got {gpu!r}")
+    raise ValueError(
+        f"gpu must be a catalog name such as 'T4', GiB as a positive float (15.0) or bytes as a "
+        f"positive int; got {gpu!r}"
+    )
 
 
 def card_capability(gpu) -> tuple[int, int] | None:

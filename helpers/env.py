@@ -1,6 +1,7 @@
 """Where am I running: platform, GPUs, and the precision this machine should train in.
 
 Taught in notebook 00 (where to get GPUs); every other notebook starts with `describe()`.
+Notebook 07 reads the cards through NVML (`describe(use_nvml=True)`), leaving CUDA uninitialized.
 
 The precision rule is the one traps are made of: `torch.cuda.is_bf16_supported()` answers True
 on a T4 because bf16 is emulated there, slowly. Native bf16 arrives with compute capability 8.0
@@ -9,14 +10,30 @@ on a T4 because bf16 is emulated there, slowly. Native bf16 arrives with compute
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import sys
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-GIB = 1024**3
+from helpers._util import GIB, quiet_bitsandbytes
+
+__all__ = [
+    "BF16_MIN_CAPABILITY",
+    "FP16_MIN_CAPABILITY",
+    "TORCH_MIN_CAPABILITY",
+    "Gpu",
+    "Machine",
+    "Precision",
+    "can_connect",
+    "check_4bit",
+    "choose_precision",
+    "describe",
+    "detect_gpus",
+    "detect_platform",
+    "machine_notes",
+]
 
 # compute capability where each precision has hardware support (tensor cores)
 BF16_MIN_CAPABILITY = (8, 0)  # A100, L4, A10G, H100, RTX 30xx and newer
@@ -120,24 +137,54 @@ def _gpus_from_torch() -> tuple[Gpu, ...]:
 
 
 def _gpus_from_nvml() -> tuple[Gpu, ...]:
+    with _nvml_devices() as devices:
+        return tuple(Gpu(d.index, d.name, int(d.memory().total), d.capability()) for d in devices or ())
+
+
+@dataclass(frozen=True)
+class _NvmlDevice:
+    """One card as NVML lists it, with the handle to ask the driver more."""
+
+    index: int
+    name: str
+    handle: object
+    nvml: object  # the pynvml module, initialised while the `_nvml_devices` block runs
+
+    def memory(self):
+        """The driver's memory info for this card: `.used` and `.total`, in bytes."""
+        return self.nvml.nvmlDeviceGetMemoryInfo(self.handle)
+
+    def capability(self) -> tuple[int, int]:
+        major, minor = self.nvml.nvmlDeviceGetCudaComputeCapability(self.handle)
+        return int(major), int(minor)
+
+
+@contextmanager
+def _nvml_devices():
+    """Open NVML for the block and list its cards; None where there is no NVML (no package or no driver).
+
+    The one way the kit reads cards through the driver, leaving CUDA uninitialized: for
+    `detect_gpus(use_nvml=True)` here, and `helpers.memory.read_gpu_memory` and
+    `measure(device="nvml")` there.
+    """
     try:
         import pynvml  # shipped by nvidia-ml-py
     except ImportError:
-        return ()
+        yield None
+        return
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError:  # no driver: a CPU machine
-        return ()
+        yield None
+        return
     try:
-        gpus = []
+        devices = []
         for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            name = pynvml.nvmlDeviceGetName(h)
-            name = name.decode() if isinstance(name, bytes) else name
-            total = pynvml.nvmlDeviceGetMemoryInfo(h).total
-            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
-            gpus.append(Gpu(i, name, int(total), (int(major), int(minor))))
-        return tuple(gpus)
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(handle)
+            name = name.decode() if isinstance(name, bytes) else name  # older bindings return bytes
+            devices.append(_NvmlDevice(i, name, handle, pynvml))
+        yield devices
     finally:
         pynvml.nvmlShutdown()
 
@@ -225,7 +272,7 @@ def check_4bit(device: str | None = None) -> tuple[bool, str]:
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     # On CPUs with AVX512-BF16, importing bitsandbytes tries an optional kernel from the Hub and
     # logs a warning when it is absent; its built-in CPU path runs instead, so keep that quiet.
-    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
+    quiet_bitsandbytes()
     try:
         import bitsandbytes.functional as F
 

@@ -16,6 +16,8 @@ import json
 import os
 from pathlib import Path
 
+__all__ = ["load_results", "record", "results_path"]
+
 
 def results_path() -> Path:
     """The JSON file `record()` writes to in this process."""

@@ -58,10 +58,13 @@ class SeedRuns:
         return statistics.stdev(self.values) if len(self.values) > 1 else 0.0
 
     def __str__(self) -> str:
-        rows = [f"seed {s:>6}: {self.metric} {v:.6f}  ({t:.1f} s)"
-                for s, v, t in zip(self.seeds, self.values, self.seconds)]
-        rows.append(f"{len(self.values)} seeds: {self.metric} {self.mean:.6f} +- {self.std:.6f} (mean +- std), "
-                    f"range {min(self.values):.6f} .. {max(self.values):.6f}")
+        rows = [
+            f"seed {s:>6}: {self.metric} {v:.6f}  ({t:.1f} s)" for s, v, t in zip(self.seeds, self.values, self.seconds)
+        ]
+        rows.append(
+            f"{len(self.values)} seeds: {self.metric} {self.mean:.6f} +- {self.std:.6f} (mean +- std), "
+            f"range {min(self.values):.6f} .. {max(self.values):.6f}"
+        )
         return "\n".join(rows)
 
 
@@ -110,18 +113,22 @@ def _as_number(result, key: str | None, seed: int) -> float:
         if key is None or key not in result:
             names = sorted(map(str, result))
             example = next((k for k in names if "loss" in k), names[0] if names else "eval_loss")
-            raise ValueError(f"train_fn(seed={seed}) returned a dict with keys {names}; "
-                             f"pass key=... to pick one, e.g. run_seeds(train, seeds, key={example!r})")
+            raise ValueError(
+                f"train_fn(seed={seed}) returned a dict with keys {names}; "
+                f"pass key=... to pick one, e.g. run_seeds(train, seeds, key={example!r})"
+            )
         result = result[key]
     elif key is not None:
-        raise ValueError(f"key={key!r} was given but train_fn(seed={seed}) returned "
-                         f"{type(result).__name__}, not a dict")
+        raise ValueError(
+            f"key={key!r} was given but train_fn(seed={seed}) returned {type(result).__name__}, not a dict"
+        )
     if hasattr(result, "item") and getattr(result, "ndim", 0) == 0:
         result = result.item()  # a 0-d tensor or numpy scalar
     if isinstance(result, bool) or not isinstance(result, (int, float)):
         hint = " (e.g. `return trainer.train().training_loss`)" if type(result).__name__ == "TrainOutput" else ""
-        raise TypeError(f"train_fn(seed={seed}) must return a number or a dict of numbers, got "
-                        f"{type(result).__name__}{hint}")
+        raise TypeError(
+            f"train_fn(seed={seed}) must return a number or a dict of numbers, got {type(result).__name__}{hint}"
+        )
     value = float(result)
     if not math.isfinite(value):
         print(f"warning: seed {seed} gave {value}: that run diverged; the mean and std include it")

@@ -22,7 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from helpers.estimate import MIB, estimate_training_memory, shape_of  # noqa: E402
+from helpers._util import MIB  # noqa: E402
+from helpers.estimate import estimate_training_memory, shape_of  # noqa: E402
 
 GB = 10**9
 
@@ -76,45 +77,159 @@ BERT = dict(seq_len=512, attn_impl="eager", optimizer="adamw_hf", set_to_none=Fa
 # checkpointing on one GPU; the first iteration forces the longest example (1304 tokens) into
 # the micro-batch; bitsandbytes 0.41 kept each 4-bit layer's input for backward
 LITGPT_LLAMA = replace(shape_of("Llama-2-7B"), qkv_fused=True)
-LITGPT = dict(seq_len=1304, precision="bf16-true", lora_r=8, lora_targets=["q", "v"], lora_dropout=0.05,
-              optimizer="adamw_foreach")
+LITGPT = dict(
+    seq_len=1304, precision="bf16-true", lora_r=8, lora_targets=["q", "v"], lora_dropout=0.05, optimizer="adamw_foreach"
+)
 # torchtune 0.1: QLoRA (torchao NF4, double quantized) on q, k, v, o and the MLP, r=8, dropout
 # 0.05, batch 2, Alpaca truncated to 512 tokens, bf16, activation checkpointing, torch AdamW
-TORCHTUNE = dict(batch_size=2, seq_len=512, precision="bf16-true", method="qlora", lora_r=8,
-                 lora_targets="all-linear", lora_dropout=0.05, checkpointing=True, optimizer="adamw_foreach")
+TORCHTUNE = dict(
+    batch_size=2,
+    seq_len=512,
+    precision="bf16-true",
+    method="qlora",
+    lora_r=8,
+    lora_targets="all-linear",
+    lora_dropout=0.05,
+    checkpointing=True,
+    optimizer="adamw_foreach",
+)
 
 CASES = [
-    Case("bert-large b4 fp32", "HF-V100", 14949, "MiB", "total", "bert-large",
-         dict(BERT, batch_size=4, precision="fp32"), "float32"),
-    Case("bert-large b1 x4 accumulation", "HF-V100", 8681, "MiB", "total", "bert-large",
-         dict(BERT, batch_size=1, grad_accum_steps=4, precision="fp32"), "float32"),
-    Case("bert-large b1 x4 + checkpointing", "HF-V100", 6775, "MiB", "total", "bert-large",
-         dict(BERT, batch_size=1, grad_accum_steps=4, checkpointing=True, precision="fp32"), "float32"),
-    Case("bert-large b4 fp16", "HF-V100", 13939, "MiB", "total", "bert-large",
-         dict(BERT, batch_size=4, precision="fp16"), "float16"),
-    Case("bert-large b1 x4 + ckpt + fp16", "HF-V100", 7275, "MiB", "total", "bert-large",
-         dict(BERT, batch_size=1, grad_accum_steps=4, checkpointing=True, precision="fp16"), "float16"),
-    Case("bert-large b4 8-bit Adam", "HF-V100", 13085, "MiB", "total", "bert-large",
-         dict(BERT, batch_size=4, precision="fp32", optimizer="adamw_8bit"), "float32"),
-    Case("bert-large b1 x4 + ckpt + fp16 + 8-bit Adam", "HF-V100", 5363, "MiB", "total", "bert-large",
-         dict(BERT, batch_size=1, grad_accum_steps=4, checkpointing=True, precision="fp16", optimizer="adamw_8bit"),
-         "float16"),
-    Case("Llama-2-7B LoRA mb1", "litgpt-A100", 21.30, "GB", "allocated", LITGPT_LLAMA,
-         dict(LITGPT, batch_size=1, method="lora"), "float16"),
-    Case("Llama-2-7B LoRA mb2", "litgpt-A100", 29.07, "GB", "allocated", LITGPT_LLAMA,
-         dict(LITGPT, batch_size=2, method="lora"), "float16"),
-    Case("Llama-2-7B QLoRA bnb.nf4 mb1", "litgpt-A100", 14.14, "GB", "allocated", LITGPT_LLAMA,
-         dict(LITGPT, batch_size=1, method="qlora", double_quant=False, quant_keeps_input=True), "int4"),
-    Case("Llama-2-7B QLoRA bnb.nf4-dq mb1", "litgpt-A100", 13.84, "GB", "allocated", LITGPT_LLAMA,
-         dict(LITGPT, batch_size=1, method="qlora", double_quant=True, quant_keeps_input=True), "int4"),
-    Case("Llama-2-7B QLoRA b2", "torchtune", 9.29, "GB", "reserved", "Llama-2-7B", TORCHTUNE, "int4",
-         note="a process-lifetime peak: torchtune's own log shows 9.13 GB reserved right after model "
-              "init, before any training step (4-bit quantization transients); we model the step"),
+    Case(
+        "bert-large b4 fp32",
+        "HF-V100",
+        14949,
+        "MiB",
+        "total",
+        "bert-large",
+        dict(BERT, batch_size=4, precision="fp32"),
+        "float32",
+    ),
+    Case(
+        "bert-large b1 x4 accumulation",
+        "HF-V100",
+        8681,
+        "MiB",
+        "total",
+        "bert-large",
+        dict(BERT, batch_size=1, grad_accum_steps=4, precision="fp32"),
+        "float32",
+    ),
+    Case(
+        "bert-large b1 x4 + checkpointing",
+        "HF-V100",
+        6775,
+        "MiB",
+        "total",
+        "bert-large",
+        dict(BERT, batch_size=1, grad_accum_steps=4, checkpointing=True, precision="fp32"),
+        "float32",
+    ),
+    Case(
+        "bert-large b4 fp16",
+        "HF-V100",
+        13939,
+        "MiB",
+        "total",
+        "bert-large",
+        dict(BERT, batch_size=4, precision="fp16"),
+        "float16",
+    ),
+    Case(
+        "bert-large b1 x4 + ckpt + fp16",
+        "HF-V100",
+        7275,
+        "MiB",
+        "total",
+        "bert-large",
+        dict(BERT, batch_size=1, grad_accum_steps=4, checkpointing=True, precision="fp16"),
+        "float16",
+    ),
+    Case(
+        "bert-large b4 8-bit Adam",
+        "HF-V100",
+        13085,
+        "MiB",
+        "total",
+        "bert-large",
+        dict(BERT, batch_size=4, precision="fp32", optimizer="adamw_8bit"),
+        "float32",
+    ),
+    Case(
+        "bert-large b1 x4 + ckpt + fp16 + 8-bit Adam",
+        "HF-V100",
+        5363,
+        "MiB",
+        "total",
+        "bert-large",
+        dict(BERT, batch_size=1, grad_accum_steps=4, checkpointing=True, precision="fp16", optimizer="adamw_8bit"),
+        "float16",
+    ),
+    Case(
+        "Llama-2-7B LoRA mb1",
+        "litgpt-A100",
+        21.30,
+        "GB",
+        "allocated",
+        LITGPT_LLAMA,
+        dict(LITGPT, batch_size=1, method="lora"),
+        "float16",
+    ),
+    Case(
+        "Llama-2-7B LoRA mb2",
+        "litgpt-A100",
+        29.07,
+        "GB",
+        "allocated",
+        LITGPT_LLAMA,
+        dict(LITGPT, batch_size=2, method="lora"),
+        "float16",
+    ),
+    Case(
+        "Llama-2-7B QLoRA bnb.nf4 mb1",
+        "litgpt-A100",
+        14.14,
+        "GB",
+        "allocated",
+        LITGPT_LLAMA,
+        dict(LITGPT, batch_size=1, method="qlora", double_quant=False, quant_keeps_input=True),
+        "int4",
+    ),
+    Case(
+        "Llama-2-7B QLoRA bnb.nf4-dq mb1",
+        "litgpt-A100",
+        13.84,
+        "GB",
+        "allocated",
+        LITGPT_LLAMA,
+        dict(LITGPT, batch_size=1, method="qlora", double_quant=True, quant_keeps_input=True),
+        "int4",
+    ),
+    Case(
+        "Llama-2-7B QLoRA b2",
+        "torchtune",
+        9.29,
+        "GB",
+        "reserved",
+        "Llama-2-7B",
+        TORCHTUNE,
+        "int4",
+        note="a process-lifetime peak: torchtune's own log shows 9.13 GB reserved right after model "
+        "init, before any training step (4-bit quantization transients); we model the step",
+    ),
 ]
 # published out-of-memory runs: the estimate must exceed the card
 OOM_CASES = [
-    Case("Llama-2-7B LoRA mb4 (OOM on 40 GB)", "litgpt-A100", 40.0, "GB", "allocated", LITGPT_LLAMA,
-         dict(LITGPT, batch_size=4, method="lora"), "float16"),
+    Case(
+        "Llama-2-7B LoRA mb4 (OOM on 40 GB)",
+        "litgpt-A100",
+        40.0,
+        "GB",
+        "allocated",
+        LITGPT_LLAMA,
+        dict(LITGPT, batch_size=4, method="lora"),
+        "float16",
+    ),
 ]
 
 
@@ -162,8 +277,10 @@ def error(predicted: float, measured: float) -> float:
 def medians(cases: list[Case]) -> tuple[float, float]:
     """Median absolute error of ours and of accelerate's rule over the cases in the median."""
     used = [c for c in cases if c.in_median]
-    return (statistics.median(abs(error(ours(c), c.measured)) for c in used),
-            statistics.median(abs(error(accelerate(c), c.measured)) for c in used))
+    return (
+        statistics.median(abs(error(ours(c), c.measured)) for c in used),
+        statistics.median(abs(error(accelerate(c), c.measured)) for c in used),
+    )
 
 
 def _fmt(value: float, unit: str) -> str:
@@ -175,9 +292,17 @@ def table(cases: list[Case], markdown: bool = False) -> str:
     rows = []
     for c in cases:
         o, a = ours(c), accelerate(c)
-        rows.append([c.name + (" *" if c.note else ""), f"{c.source} ({c.quantity})", _fmt(c.measured, c.unit),
-                     _fmt(o, c.unit), f"{100 * error(o, c.measured):+.1f}%", _fmt(a, c.unit),
-                     f"{100 * error(a, c.measured):+.1f}%"])
+        rows.append(
+            [
+                c.name + (" *" if c.note else ""),
+                f"{c.source} ({c.quantity})",
+                _fmt(c.measured, c.unit),
+                _fmt(o, c.unit),
+                f"{100 * error(o, c.measured):+.1f}%",
+                _fmt(a, c.unit),
+                f"{100 * error(a, c.measured):+.1f}%",
+            ]
+        )
     if markdown:
         lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---", "---"] + ["---:"] * (len(head) - 2)) + "|"]
         lines += ["| " + " | ".join(r) + " |" for r in rows]
@@ -194,8 +319,10 @@ def main(argv=None) -> int:
     cases = evaluate()
     print(table(cases, markdown=args.markdown))
     ours_median, accelerate_median = medians(cases)
-    print(f"\nmedian absolute error over {sum(c.in_median for c in cases)} cases: "
-          f"ours {100 * ours_median:.1f}%, accelerate's rule {100 * accelerate_median:.1f}%")
+    print(
+        f"\nmedian absolute error over {sum(c.in_median for c in cases)} cases: "
+        f"ours {100 * ours_median:.1f}%, accelerate's rule {100 * accelerate_median:.1f}%"
+    )
     for c in cases:
         if c.note:
             print(f"* {c.name}: {c.note}")

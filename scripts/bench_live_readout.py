@@ -53,7 +53,7 @@ def run(dataset, *, steps: int, batch: int, every_n_steps: int | None) -> list[f
     spent inside the callback per step (timed around its own methods)."""
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
-    from helpers.memory import LiveMemoryCallback
+    from helpers.live import LiveMemoryCallback
     from helpers.models import load_model
     from helpers.seeds import seed_everything
 
@@ -86,9 +86,17 @@ def run(dataset, *, steps: int, batch: int, every_n_steps: int | None) -> list[f
     callbacks = [clock] + ([live] if live else [])
     with tempfile.TemporaryDirectory() as out:
         args = TrainingArguments(
-            out, max_steps=steps + 1, per_device_train_batch_size=batch, learning_rate=1e-3,
-            logging_steps=10, save_strategy="no", report_to="none", use_cpu=True,
-            disable_tqdm=True, seed=42, dataloader_num_workers=0,
+            out,
+            max_steps=steps + 1,
+            per_device_train_batch_size=batch,
+            learning_rate=1e-3,
+            logging_steps=10,
+            save_strategy="no",
+            report_to="none",
+            use_cpu=True,
+            disable_tqdm=True,
+            seed=42,
+            dataloader_num_workers=0,
         )
         trainer = Trainer(model=model, args=args, train_dataset=dataset, callbacks=callbacks)
         with contextlib.redirect_stdout(io.StringIO()):
@@ -118,26 +126,34 @@ def main(argv=None):
     inside: dict[str, list[float]] = {name: [] for name in configs}
     names = list(configs)
     for repeat in range(opts.repeats):
-        for name in names[repeat % len(names):] + names[: repeat % len(names)]:  # rotate the order
+        for name in names[repeat % len(names) :] + names[: repeat % len(names)]:  # rotate the order
             step_times, callback_s = run(dataset, steps=opts.steps, batch=opts.batch, every_n_steps=configs[name])
             times[name] += step_times
             inside[name].append(callback_s)
 
     base = statistics.median(times[names[0]])
-    print(f"embedded model, batch {opts.batch} x {opts.seq_len} tokens, CPU, {opts.repeats} runs x "
-          f"{opts.steps - WARMUP_STEPS} timed steps per configuration")
+    print(
+        f"embedded model, batch {opts.batch} x {opts.seq_len} tokens, CPU, {opts.repeats} runs x "
+        f"{opts.steps - WARMUP_STEPS} timed steps per configuration"
+    )
     print(f"  {'':<26} {'s/step':>9}  {'overhead':>9}  {'in callback':>18}")
     for name in names:
         median = statistics.median(times[name])
         own = statistics.median(inside[name])  # seconds per step spent inside the callback
-        print(f"  {name:<26} {median:9.4f}  {100 * (median - base) / base:+8.2f} %  "
-              f"{own * 1e6:7.1f} us = {100 * own / base:.3f} %")
-    print("overhead: median step time against the run without the callback (machine noise included);\n"
-          "in callback: time inside the callback's own methods per step, against that median step.")
+        print(
+            f"  {name:<26} {median:9.4f}  {100 * (median - base) / base:+8.2f} %  "
+            f"{own * 1e6:7.1f} us = {100 * own / base:.3f} %"
+        )
+    print(
+        "overhead: median step time against the run without the callback (machine noise included);\n"
+        "in callback: time inside the callback's own methods per step, against that median step."
+    )
     load, cores = os.getloadavg()[0], os.cpu_count() or 1
     if load > cores:
-        print(f"note: the machine was busy (load {load:.1f} on {cores} cores): the step times carry other "
-              "processes' noise; the time in the callback far less.")
+        print(
+            f"note: the machine was busy (load {load:.1f} on {cores} cores): the step times carry other "
+            "processes' noise; the time in the callback far less."
+        )
 
 
 if __name__ == "__main__":

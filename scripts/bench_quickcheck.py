@@ -46,8 +46,11 @@ def make_submission(base: dict, i: int, rng: random.Random) -> str | bytes:
         return rng.choice([b"%PDF-1.7 not a notebook", "<html>exported page</html>", ""])
     student_id = f"s{i:05d}"
     nb = json.loads(json.dumps(base))
-    nb["metadata"]["widgets"] = {"application/vnd.jupyter.widget-state+json": {
-        "state": {f"w{k}": {"model_name": "HTMLModel", "state": {"value": "x" * 200}} for k in range(20)}}}
+    nb["metadata"]["widgets"] = {
+        "application/vnd.jupyter.widget-state+json": {
+            "state": {f"w{k}": {"model_name": "HTMLModel", "state": {"value": "x" * 200}} for k in range(20)}
+        }
+    }
     plot = base64.b64encode(rng.randbytes(45_000)).decode()
     for cell in nb["cells"]:
         if cell["cell_type"] != "code":
@@ -60,11 +63,17 @@ def make_submission(base: dict, i: int, rng: random.Random) -> str | bytes:
                 src = src.replace(f"answer_{q.id} = None", f"answer_{q.id} = {answer}")
                 if answer != "bytes_pp":
                     verdict = judge(q, eval(answer), student_id)  # the synthetic answer is ours, not a student's
-                    outputs.append({"output_type": "stream", "name": "stdout",
-                                    "text": [format_receipt(verdict, rng.randint(1, 4)) + "\n"]})
+                    outputs.append(
+                        {
+                            "output_type": "stream",
+                            "name": "stdout",
+                            "text": [format_receipt(verdict, rng.randint(1, 4)) + "\n"],
+                        }
+                    )
         if "bytes_per_param" in src:
-            outputs.append({"output_type": "display_data", "metadata": {}, "data": {"image/png": plot,
-                                                                                   "text/plain": "<Figure>"}})
+            outputs.append(
+                {"output_type": "display_data", "metadata": {}, "data": {"image/png": plot, "text/plain": "<Figure>"}}
+            )
         cell["source"], cell["outputs"] = src.splitlines(keepends=True), outputs
         cell["metadata"] = {"colab": {"base_uri": "https://localhost:8080/"}, "outputId": f"o{i}"}
     if i % 20 == 7:  # edited: the quick-check cells moved to the top
@@ -93,9 +102,11 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         run = grade([subs], root / "grades.csv")
         seconds = time.perf_counter() - start
-        print(f"graded {len(run.submissions)} submissions ({size / 2**20:.0f} MiB, "
-              f"{len(run.unreadable)} unreadable) in {seconds:.2f} s: {len(run.submissions) / seconds:.0f} submissions/s"
-              f" (the issue asks for 500 in under 10 s)")
+        print(
+            f"graded {len(run.submissions)} submissions ({size / 2**20:.0f} MiB, "
+            f"{len(run.unreadable)} unreadable) in {seconds:.2f} s: {len(run.submissions) / seconds:.0f} submissions/s"
+            f" (the issue asks for 500 in under 10 s)"
+        )
     return 0 if seconds < 10 * args.n / 500 else 1
 
 

@@ -12,7 +12,7 @@ Colab and Kaggle ship torch, so what matters is what the cell adds on top of it.
    it would after an install, in a second instead of twenty); with `--install-torch SPEC`, by a
    real pip install; with `--runtime-torch VERSION`, by torch's metadata alone at that version
    (Colab's or Kaggle's of the day), which is all pip reads, to see whether the pins accept it;
-2. run `helpers.notebooks.INSTALL_CELL` itself in that venv, with two substitutions: the GitHub
+2. run `helpers.maintainer.notebooks.INSTALL_CELL` itself in that venv, with two substitutions: the GitHub
    URLs become this checkout (its requirements.txt and folder: the same requirement set, and GitHub
    is out of reach from the test machines), and pip gets `--dry-run --report`;
 3. read pip's report (every package it would install, with the file's URL) and size each file: a
@@ -45,7 +45,7 @@ from urllib.parse import unquote, urlparse
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing it
 
-from helpers.notebooks import BRANCH, DISTRIBUTION, INSTALL_CELL, REPOSITORY  # noqa: E402
+from helpers.maintainer.notebooks import BRANCH, DISTRIBUTION, INSTALL_CELL, REPOSITORY  # noqa: E402
 
 # Packages the cell must never install: torch and what is built against one torch version, and
 # NVIDIA's CUDA runtime wheels (nvidia-ml-py is only the NVML bindings, 60 kB of Python).
@@ -119,8 +119,10 @@ def link_torch(site: Path, as_version: str | None = None) -> str:
     try:
         torch = metadata.distribution("torch")
     except metadata.PackageNotFoundError:
-        sys.exit("this Python has no torch to link: run from the kit's venv (`make setup`), "
-                 "or pass --install-torch torch==2.13.0")
+        sys.exit(
+            "this Python has no torch to link: run from the kit's venv (`make setup`), "
+            "or pass --install-torch torch==2.13.0"
+        )
     for dist in requirement_closure("torch"):
         if as_version and dist.metadata["Name"] == "torch":
             continue
@@ -140,12 +142,17 @@ def link_torch(site: Path, as_version: str | None = None) -> str:
 
 
 def install_torch(python: Path, spec: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", spec],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", spec], capture_output=True, text=True
+    )
     if done.returncode != 0:
         sys.exit(f"pip install {spec} failed:\n{done.stdout}{done.stderr}")
-    out = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('torch'))"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('torch'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return out.stdout.strip()
 
 
@@ -164,12 +171,19 @@ def dry_run(python: Path, work: Path) -> dict:
     (work / "spec.json").write_text(json.dumps(spec))
     (work / "harness.py").write_text(HARNESS)
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAGGLE_")}  # no Kaggle probe here
-    done = subprocess.run([str(python), str(work / "harness.py"), str(work / "spec.json")],
-                          capture_output=True, text=True, env=env, cwd=work)
+    done = subprocess.run(
+        [str(python), str(work / "harness.py"), str(work / "spec.json")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=work,
+    )
     if done.returncode != 0 or not report.exists():
         noise = re.compile(r"^WARNING: Location .* is ignored", re.M)  # a local mirror's harmless chatter
-        sys.exit(f"the install cell's dry run failed (exit {done.returncode}):\n"
-                 + "\n".join(line for line in (done.stdout + done.stderr).splitlines() if not noise.match(line)))
+        sys.exit(
+            f"the install cell's dry run failed (exit {done.returncode}):\n"
+            + "\n".join(line for line in (done.stdout + done.stderr).splitlines() if not noise.match(line))
+        )
     return json.loads(report.read_text())
 
 
@@ -210,8 +224,11 @@ def measure(install_torch_spec: str | None = None, runtime_torch: str | None = N
         for p, size in zip(packages, pool.map(file_size, [p["url"] for p in packages]), strict=True):
             p["bytes"] = size
     packages.sort(key=lambda p: -(p["bytes"] or 0))
-    forbidden = [f"{p['name']} {p['version']}" for p in packages
-                 if TORCH_BOUND.match(canonical(p["name"])) or CUDA_WHEEL.match(canonical(p["name"]))]
+    forbidden = [
+        f"{p['name']} {p['version']}"
+        for p in packages
+        if TORCH_BOUND.match(canonical(p["name"])) or CUDA_WHEEL.match(canonical(p["name"]))
+    ]
     return {
         "python": platform.python_version(),
         "platform": f"{sys.platform} {platform.machine()}",
@@ -222,8 +239,11 @@ def measure(install_torch_spec: str | None = None, runtime_torch: str | None = N
         "download_mb": round(sum(p["bytes"] or 0 for p in packages) / 1e6, 1),
         "unsized": [p["name"] for p in packages if p["bytes"] is None],
         "forbidden": forbidden,
-        "seconds": {"torch_venv": round(torch_ready - start, 1), "dry_run": round(done - torch_ready, 1),
-                    "total": round(time.perf_counter() - start, 1)},
+        "seconds": {
+            "torch_venv": round(torch_ready - start, 1),
+            "dry_run": round(done - torch_ready, 1),
+            "total": round(time.perf_counter() - start, 1),
+        },
     }
 
 
@@ -235,13 +255,17 @@ def describe(m: dict, top: int = 12) -> str:
     lines += [f"  {(p['bytes'] or 0) / 1e6:7.1f} MB  {p['name']} {p['version']}" for p in m["packages"][:top]]
     rest = m["packages"][top:]
     if rest:
-        lines.append(f"  {sum(p['bytes'] or 0 for p in rest) / 1e6:7.1f} MB  {len(rest)} more, each under "
-                     f"{(rest[0]['bytes'] or 0) / 1e6:.1f} MB")
+        lines.append(
+            f"  {sum(p['bytes'] or 0 for p in rest) / 1e6:7.1f} MB  {len(rest)} more, each under "
+            f"{(rest[0]['bytes'] or 0) / 1e6:.1f} MB"
+        )
     if m["unsized"]:
         lines.append(f"  (no size found for {', '.join(m['unsized'])}: the figure leaves them out)")
     if m["forbidden"]:
-        lines.append(f"FAIL: the cell would install {', '.join(m['forbidden'])}: it must keep the runtime's "
-                     "torch and never bring CUDA wheels")
+        lines.append(
+            f"FAIL: the cell would install {', '.join(m['forbidden'])}: it must keep the runtime's "
+            "torch and never bring CUDA wheels"
+        )
     else:
         lines.append("ok: no torch, nothing built against torch, no NVIDIA CUDA wheel")
     s = m["seconds"]
@@ -253,10 +277,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the measurement as JSON")
     how = parser.add_mutually_exclusive_group()
-    how.add_argument("--install-torch", metavar="SPEC",
-                     help="pip install SPEC into the venv instead of linking torch")
-    how.add_argument("--runtime-torch", metavar="VERSION",
-                     help="pretend the runtime's torch is VERSION (e.g. 2.6.0+cu124): only its metadata")
+    how.add_argument("--install-torch", metavar="SPEC", help="pip install SPEC into the venv instead of linking torch")
+    how.add_argument(
+        "--runtime-torch",
+        metavar="VERSION",
+        help="pretend the runtime's torch is VERSION (e.g. 2.6.0+cu124): only its metadata",
+    )
     args = parser.parse_args(argv)
     m = measure(args.install_torch, args.runtime_torch)
     print(json.dumps(m, indent=2) if args.json else describe(m))

@@ -45,10 +45,11 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)  # same reductions in every run: bit-identical results on CPU
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
-    from helpers.checkpoints import latest_valid_checkpoint
     from helpers.data import load_course_data
-    from helpers.models import load_model, load_qlora
-    from helpers.tracking import ManifestCallback
+    from helpers.manifest import ManifestCallback
+    from helpers.models import load_model
+    from helpers.qlora import load_qlora
+    from helpers.resume import latest_valid_checkpoint
     from helpers.seeds import seed_everything
 
     seed_everything(opts.seed)
@@ -76,8 +77,9 @@ def main(argv=None) -> int:
         report_to="none",
         disable_tqdm=True,
     )
-    trainer = Trainer(model=model, args=args, train_dataset=train,
-                      callbacks=[ManifestCallback(dataset=train), StepDelay()])
+    trainer = Trainer(
+        model=model, args=args, train_dataset=train, callbacks=[ManifestCallback(dataset=train), StepDelay()]
+    )
     resume_from = latest_valid_checkpoint(opts.out) if opts.resume else None
     trainer.train(resume_from_checkpoint=resume_from)
     trainer.save_model(str(Path(opts.out) / "final"))
@@ -87,8 +89,12 @@ def main(argv=None) -> int:
         batch = train[:8]
         final_loss = model(**{k: torch.tensor(v) for k, v in batch.items()}).loss.item()
     losses = {h["step"]: h["loss"] for h in trainer.state.log_history if "loss" in h}
-    result = {"losses": losses, "final_loss": final_loss, "resumed_from": resume_from,
-              "global_step": trainer.state.global_step}
+    result = {
+        "losses": losses,
+        "final_loss": final_loss,
+        "resumed_from": resume_from,
+        "global_step": trainer.state.global_step,
+    }
     (Path(opts.out) / "result.json").write_text(json.dumps(result, indent=2))
     print(f"done: step {trainer.state.global_step}, final loss {final_loss!r}")
     return 0
@@ -98,12 +104,12 @@ def tokenized(data, tokenizer):
     """input_ids, attention_mask and labels (padding masked out with -100), SEQ_LEN tokens each."""
     text = [f"{i}\n{r}" for i, r in zip(data["instruction"], data["response"])]
     enc = tokenizer(text, padding="max_length", truncation=True, max_length=SEQ_LEN)
-    labels = [[t if m else -100 for t, m in zip(ids, mask)]
-              for ids, mask in zip(enc["input_ids"], enc["attention_mask"])]
+    labels = [
+        [t if m else -100 for t, m in zip(ids, mask)] for ids, mask in zip(enc["input_ids"], enc["attention_mask"])
+    ]
     from datasets import Dataset
 
-    return Dataset.from_dict({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
-                              "labels": labels})
+    return Dataset.from_dict({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": labels})
 
 
 if __name__ == "__main__":

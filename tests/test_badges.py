@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from helpers import badges
 from helpers.__main__ import main
-from helpers.notebooks import BRANCH, METADATA, NOTEBOOKS_DIR, REPO_ROOT, REPOSITORY
+from helpers.maintainer import badges
+from helpers.maintainer.notebooks import BRANCH, METADATA, NOTEBOOKS_DIR, REPO_ROOT, REPOSITORY
 
 IPYNBS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
 
@@ -32,7 +32,8 @@ def test_a_link_to_a_missing_notebook_or_another_branch_is_caught():
     text = badges.render()
     moved = text.replace(f"notebooks/{IPYNBS[0].name}", "notebooks/99_renamed.ipynb")
     assert [p.split(" names ")[1] for p in badges.broken_links(moved)] == [
-        "notebooks/99_renamed.ipynb, which does not exist"] * 2
+        "notebooks/99_renamed.ipynb, which does not exist"
+    ] * 2
     other = text.replace(f"/blob/{BRANCH}/", "/blob/old-branch/")
     assert len(badges.broken_links(other)) == 2 * len(IPYNBS)
     assert "points at" in badges.broken_links(other)[0]
@@ -40,10 +41,10 @@ def test_a_link_to_a_missing_notebook_or_another_branch_is_caught():
 
 def test_the_table_reads_the_title_and_the_t4_time_from_the_first_cell():
     first = "".join(json.loads(IPYNBS[0].read_text())["cells"][0]["source"])
-    card = badges.read_card(IPYNBS[0])
-    assert card.number == IPYNBS[0].stem[:2] and f"# {card.number} · {card.title}" in first
-    assert "T4" in card.t4_time and card.t4_time in " ".join(first.split())
-    assert f"| {card.number} | {card.title} | {card.t4_time} |" in badges.render()
+    title = badges.read_title(IPYNBS[0])
+    assert title.number == IPYNBS[0].stem[:2] and f"# {title.number} · {title.title}" in first
+    assert "T4" in title.t4_time and title.t4_time in " ".join(first.split())
+    assert f"| {title.number} | {title.title} | {title.t4_time} |" in badges.render()
 
 
 def test_a_fork_changes_one_setting_and_every_link_follows():
@@ -68,28 +69,33 @@ def notebook(folder, first_cell, stem="05_qlora"):
     return path
 
 
-GOOD = ("# 05 · QLoRA: a 7B model on a 16 GB card\n\n"
-        "**Hardware:** a T4.\n**Time:** about 9 minutes on a T4; 40 seconds on a CPU.\n")
+GOOD = (
+    "# 05 · QLoRA: a 7B model on a 16 GB card\n\n"
+    "**Hardware:** a T4.\n**Time:** about 9 minutes on a T4; 40 seconds on a CPU.\n"
+)
 
 
 def test_a_good_first_cell_gives_the_row(tmp_path):
-    card = badges.read_card(notebook(tmp_path, GOOD))
-    assert card.number == "05" and card.title == "QLoRA: a 7B model on a 16 GB card"
-    assert card.t4_time == "about 9 minutes on a T4"
+    title = badges.read_title(notebook(tmp_path, GOOD))
+    assert title.number == "05" and title.title == "QLoRA: a 7B model on a 16 GB card"
+    assert title.t4_time == "about 9 minutes on a T4"
 
 
 def test_a_time_sentence_wrapped_over_lines_is_read_whole(tmp_path):
     wrapped = GOOD.replace("**Time:** about 9 minutes on a T4;", "**Time:** about 1.5 minutes on\nKaggle's T4 x2;")
-    assert badges.read_card(notebook(tmp_path, wrapped)).t4_time == "about 1.5 minutes on Kaggle's T4 x2"
+    assert badges.read_title(notebook(tmp_path, wrapped)).t4_time == "about 1.5 minutes on Kaggle's T4 x2"
 
 
-@pytest.mark.parametrize("old, new, message", [
-    ("**Time:**", "**Duration:**", r"has no \*\*Time:\*\* line; edit the first cell of notebooks/src/05_qlora\.py"),
-    ("on a T4", "on a free GPU", r"must start with the run time on a T4 .* reads 'about 9 minutes on a free GPU"),
-    ("about 9 minutes", "a while", r"must start with the run time on a T4"),
-    ("# 05 ·", "# QLoRA", r"no title line like '# 05 · What it teaches'"),
-    ("# 05 ·", "# 07 ·", r"the title says 07 but the file is 05"),
-])
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        ("**Time:**", "**Duration:**", r"has no \*\*Time:\*\* line; edit the first cell of notebooks/src/05_qlora\.py"),
+        ("on a T4", "on a free GPU", r"must start with the run time on a T4 .* reads 'about 9 minutes on a free GPU"),
+        ("about 9 minutes", "a while", r"must start with the run time on a T4"),
+        ("# 05 ·", "# QLoRA", r"no title line like '# 05 · What it teaches'"),
+        ("# 05 ·", "# 07 ·", r"the title says 07 but the file is 05"),
+    ],
+)
 def test_a_first_cell_that_breaks_the_convention_names_the_file_and_the_fix(tmp_path, old, new, message):
     notebook(tmp_path, GOOD.replace(old, new))
     with pytest.raises(badges.BadgeError, match=message):

@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 
 from helpers.env import Gpu
-from helpers.notebooks import REPO_ROOT
+from helpers.maintainer.notebooks import REPO_ROOT
 
 # The pinned libraries whose API the kit calls (torch is the runtime's own, so not pinned here).
 LIBRARIES = ("transformers", "peft", "bitsandbytes", "datasets", "accelerate", "huggingface_hub", "wandb")
@@ -45,11 +45,14 @@ STRICT_KWARGS = ("transformers.BitsAndBytesConfig",)
 # The kit's helpers whose result is splatted into a library call: (helper, callee, sample arguments).
 GIB = 2**30
 KWARGS_HELPERS = {
-    "helpers.training.precision_kwargs": ("transformers.TrainingArguments", [
-        ([],),  # no GPU
-        ([Gpu(0, "Tesla T4", 15 * GIB, (7, 5))],),
-        ([Gpu(0, "NVIDIA A100-SXM4-40GB", 40 * GIB, (8, 0))],),
-    ]),
+    "helpers.training.precision_kwargs": (
+        "transformers.TrainingArguments",
+        [
+            ([],),  # no GPU
+            ([Gpu(0, "Tesla T4", 15 * GIB, (7, 5))],),
+            ([Gpu(0, "NVIDIA A100-SXM4-40GB", 40 * GIB, (8, 0))],),
+        ],
+    ),
 }
 
 
@@ -165,8 +168,13 @@ class _Scanner(ast.NodeVisitor):
         elif node.level == 0 and node.module and node.module.split(".")[0] in self.roots:
             for a in node.names:
                 if a.name == "*":
-                    self.uses.append(Use(node.module, self._where(node),
-                                         problem=f"`from {node.module} import *` hides what is used: import the names"))
+                    self.uses.append(
+                        Use(
+                            node.module,
+                            self._where(node),
+                            problem=f"`from {node.module} import *` hides what is used: import the names",
+                        )
+                    )
                 else:
                     scope[a.asname or a.name] = ("lib", f"{node.module}.{a.name}")
 
@@ -237,9 +245,18 @@ class _Scanner(ast.NodeVisitor):
                 if isinstance(kw.value, ast.Call) and (h := self._dotted_helper(kw.value.func)):
                     helpers_splat.append(h)
         starred = any(isinstance(a, ast.Starred) for a in node.args)
-        self.uses.append(Use(hit[0], self._where(node), call=True, keywords=tuple(keywords),
-                             positional=None if starred else len(node.args), partial=partial or starred,
-                             method_of_instance=hit[1], splat_helpers=tuple(helpers_splat)))
+        self.uses.append(
+            Use(
+                hit[0],
+                self._where(node),
+                call=True,
+                keywords=tuple(keywords),
+                positional=None if starred else len(node.args),
+                partial=partial or starred,
+                method_of_instance=hit[1],
+                splat_helpers=tuple(helpers_splat),
+            )
+        )
         for child in node.args + [kw.value for kw in node.keywords]:
             self.visit(child)  # the callee's chain is the use just recorded; its arguments may hold more
 
@@ -298,6 +315,8 @@ def _signature(obj, *, drop_self: bool):
         return None  # a builtin without a signature: nothing to check against
     if drop_self:
         sig = sig.replace(parameters=list(sig.parameters.values())[1:])
+    if [p.kind for p in sig.parameters.values()] == [inspect.Parameter.VAR_KEYWORD]:
+        return None  # `(**kwargs)` alone is a wrapper's signature (transformers' Auto*.from_config), not the callee's
     return sig
 
 
@@ -383,17 +402,25 @@ def test_new_modules_and_notebooks_are_scanned_without_registering_them(tmp_path
     (tmp_path / "helpers/assets/data").mkdir(parents=True)
     (tmp_path / "helpers/assets/data/x.py").write_text("")  # shipped data, not code
     found = check(scan(source_files(tmp_path), tmp_path))
-    assert found == ["DRIFT DETECTED: peft.LoraConfig has no keyword 'lora_alpah' (used at "
-                     "helpers/quickcheck/bank.py:2, helpers/tracking.py:2, notebooks/src/09_new.py:2, scripts/x.py:2)"]
+    assert found == [
+        "DRIFT DETECTED: peft.LoraConfig has no keyword 'lora_alpah' (used at "
+        "helpers/quickcheck/bank.py:2, helpers/tracking.py:2, notebooks/src/09_new.py:2, scripts/x.py:2)"
+    ]
 
 
 def test_the_scan_finds_the_calls_the_kit_makes(uses):
     # guards against a scan that silently finds nothing and so passes forever
     targets = {u.target for u in uses}
-    assert {"transformers.AutoModelForCausalLM.from_pretrained", "datasets.load_dataset",
-            "bitsandbytes.functional.quantize_4bit"} <= targets
-    (nb_call,) = [u for u in uses if u.target == "bitsandbytes.functional.quantize_4bit"
-                  and u.where.startswith("notebooks/src/00")]
+    assert {
+        "transformers.AutoModelForCausalLM.from_pretrained",
+        "datasets.load_dataset",
+        "bitsandbytes.functional.quantize_4bit",
+    } <= targets
+    (nb_call,) = [
+        u
+        for u in uses
+        if u.target == "bitsandbytes.functional.quantize_4bit" and u.where.startswith("notebooks/src/00")
+    ]
     assert set(nb_call.keywords) == {"quant_type", "compress_statistics"} and nb_call.positional == 1
 
 
@@ -414,7 +441,7 @@ def test_helpers_that_build_keywords_for_a_library_are_checked(uses):
             assert not unknown, f"DRIFT DETECTED: {callee} has no keyword {unknown} (built by {helper}{args})"
 
 
-PLANTED = '''\
+PLANTED = """\
 import bitsandbytes.functional as F
 from accelerate import notebook_launcher
 from peft import LoraConfig as LC
@@ -455,7 +482,7 @@ def takes(args, F=None):
     args.anything_at_all()  # a parameter hides the module's `args`: nothing to check
     shape = {"lora_alpha": 16}
     return LC(**shape)  # right: this scope's dict, not the module's
-'''
+"""
 
 
 def test_planted_drift_is_caught_and_named_with_its_place():
@@ -480,7 +507,8 @@ def test_planted_drift_is_caught_and_named_with_its_place():
 def test_one_drift_used_in_two_places_is_reported_once_with_both():
     source = "from peft import LoraConfig\nLoraConfig(lora_alpah=1)\nLoraConfig(lora_alpah=2)\n"
     assert check(scan_source(source, "two.py")) == [
-        "DRIFT DETECTED: peft.LoraConfig has no keyword 'lora_alpah' (used at two.py:2, two.py:3)"]
+        "DRIFT DETECTED: peft.LoraConfig has no keyword 'lora_alpah' (used at two.py:2, two.py:3)"
+    ]
 
 
 def test_star_import_is_reported():
@@ -489,6 +517,8 @@ def test_star_import_is_reported():
 
 
 def test_names_that_shadow_nothing_and_other_libraries_are_ignored():
-    source = ("import torch\nfrom helpers.models import load_model\nmodel, tok = load_model('embedded')\n"
-              "model.anything(keyword=1)\ntorch.nn.Linear(1, 2, no_such=3)\n")
+    source = (
+        "import torch\nfrom helpers.models import load_model\nmodel, tok = load_model('embedded')\n"
+        "model.anything(keyword=1)\ntorch.nn.Linear(1, 2, no_such=3)\n"
+    )
     assert scan_source(source, "other.py") == []

@@ -115,7 +115,11 @@ def test_nvml_without_a_driver_means_no_gpu(monkeypatch):
 
 @pytest.mark.parametrize(
     "environ, platform",
-    [({"COLAB_RELEASE_TAG": "release-colab_20261101"}, "colab"), ({"KAGGLE_KERNEL_RUN_TYPE": "Interactive"}, "kaggle"), ({}, "local")],
+    [
+        ({"COLAB_RELEASE_TAG": "release-colab_20261101"}, "colab"),
+        ({"KAGGLE_KERNEL_RUN_TYPE": "Interactive"}, "kaggle"),
+        ({}, "local"),
+    ],
 )
 def test_detect_platform(environ, platform):
     assert env.detect_platform(environ) == platform
@@ -126,7 +130,9 @@ def test_kaggle_p100_points_to_t4x2():
     assert len(notes) == 1 and "no longer runs PyTorch on the P100" in notes[0] and "T4 x2" in notes[0]
 
 
-@pytest.mark.parametrize("platform, fix", [("colab", "Change runtime type"), ("kaggle", "Accelerator"), ("local", "embedded")])
+@pytest.mark.parametrize(
+    "platform, fix", [("colab", "Change runtime type"), ("kaggle", "Accelerator"), ("local", "embedded")]
+)
 def test_no_gpu_note_says_where_to_get_one(platform, fix):
     (note,) = env.machine_notes(platform, ())
     assert fix in note
@@ -135,7 +141,12 @@ def test_no_gpu_note_says_where_to_get_one(platform, fix):
 def test_summary_is_plain_text_with_every_card(monkeypatch):
     fake_torch_cuda(monkeypatch, [CARDS["T4"], CARDS["T4"]])
     text = env.describe().summary()
-    assert "gpu 0      : Tesla T4" in text and "gpu 1      : Tesla T4" in text and "compute capability 7.5" in text and "precision  : fp16" in text
+    assert (
+        "gpu 0      : Tesla T4" in text
+        and "gpu 1      : Tesla T4" in text
+        and "compute capability 7.5" in text
+        and "precision  : fp16" in text
+    )
 
 
 def test_check_4bit_round_trips_on_this_cpu():

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.notebooks import BRANCH, DISTRIBUTION, INSTALL_CELL, NOTEBOOKS_DIR, REPO_ROOT, REPOSITORY
+from helpers.maintainer.notebooks import BRANCH, DISTRIBUTION, INSTALL_CELL, NOTEBOOKS_DIR, REPO_ROOT, REPOSITORY
 
 IPYNBS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
 KIT_URL = f"git+https://github.com/{REPOSITORY}.git@{BRANCH}"
@@ -59,8 +59,15 @@ def code_cells(path: Path) -> list[dict]:
     return [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
 
 
-def run_cells(cells: list[str], tmp_path: Path, *, prelude: str = GUARD, kit_visible: bool = True,
-              env: dict | None = None, sys_path: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+def run_cells(
+    cells: list[str],
+    tmp_path: Path,
+    *,
+    prelude: str = GUARD,
+    kit_visible: bool = True,
+    env: dict | None = None,
+    sys_path: tuple[str, ...] = (),
+) -> subprocess.CompletedProcess:
     """Run `cells` in order in a fresh Python, after `prelude`; `kit_visible=False` hides site-packages."""
     script = tmp_path / "cells.py"
     body = "".join(f"exec(compile({c!r}, 'cell {i}', 'exec'))\n" for i, c in enumerate(cells))
@@ -69,15 +76,17 @@ def run_cells(cells: list[str], tmp_path: Path, *, prelude: str = GUARD, kit_vis
     base.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}, **(env or {}))
     flags = [] if kit_visible else ["-S", "-s"]  # -S: no site-packages, so neither the kit nor torch
     # cwd is a scratch folder: `helpers` must come from the installed kit, not from the checkout
-    return subprocess.run([sys.executable, *flags, str(script)], capture_output=True, text=True,
-                          cwd=tmp_path, env=base, timeout=120)
+    return subprocess.run(
+        [sys.executable, *flags, str(script)], capture_output=True, text=True, cwd=tmp_path, env=base, timeout=120
+    )
 
 
 @pytest.mark.parametrize("path", IPYNBS, ids=lambda p: p.stem)
 def test_first_two_cells_run_offline_where_the_kit_is_installed(path, tmp_path):
     cells = code_cells(path)
     assert [c["metadata"].get("tags") for c in cells[:2]] == [["install"], ["parameters"]], (
-        f"{path.name}: the first two code cells must be the install cell and the parameters cell")
+        f"{path.name}: the first two code cells must be the install cell and the parameters cell"
+    )
     kit = "import helpers, helpers.env  # what the cells after them start with"
     done = run_cells(["".join(c["source"]) for c in cells[:2]] + [kit], tmp_path)
     assert done.returncode == 0 and done.stdout.endswith("CELLS DONE\n"), done.stdout + done.stderr
@@ -92,12 +101,19 @@ def test_the_offline_check_fails_when_the_cell_would_install(tmp_path):
 
 def test_kaggle_without_internet_says_how_to_switch_it_on_at_once(tmp_path):
     start = time.perf_counter()
-    done = run_cells([INSTALL_CELL], tmp_path, prelude=GUARD + OFFLINE, kit_visible=False,
-                     env={"KAGGLE_KERNEL_RUN_TYPE": "Interactive"})
+    done = run_cells(
+        [INSTALL_CELL],
+        tmp_path,
+        prelude=GUARD + OFFLINE,
+        kit_visible=False,
+        env={"KAGGLE_KERNEL_RUN_TYPE": "Interactive"},
+    )
     assert done.returncode != 0
     last = done.stderr.strip().splitlines()[-1]
-    assert last == ("RuntimeError: This Kaggle session has no internet. Open Settings > Internet, switch it On "
-                    "(it needs a phone-verified account), then run this cell again."), done.stderr
+    assert last == (
+        "RuntimeError: This Kaggle session has no internet. Open Settings > Internet, switch it On "
+        "(it needs a phone-verified account), then run this cell again."
+    ), done.stderr
     assert "GUARD" not in done.stderr, "pip must not run when the probe already failed"
     assert time.perf_counter() - start < 10
 
@@ -123,7 +139,8 @@ def test_pip_gets_the_pins_and_the_runtimes_torch_and_a_failure_is_explained(tmp
     assert pip["runtime_pins"] == (f"torch=={torch_version}\n" if torch_version else "")
     assert "The conflict is caused by: ...\nERROR: ResolutionImpossible" in done.stdout, "pip's own words are shown"
     assert done.stderr.strip().splitlines()[-1] == (
-        "RuntimeError: Installing the kit failed: pip says why just above. Fix that, then run this cell again.")
+        "RuntimeError: Installing the kit failed: pip says why just above. Fix that, then run this cell again."
+    )
     assert "During handling of the above exception" not in done.stderr, "one error, not a chain of three"
 
 
@@ -149,8 +166,12 @@ def test_on_a_runtime_with_torch_the_cell_installs_no_torch_and_no_cuda_wheel():
     # the cell itself, in a fresh venv that holds torch; pip in --dry-run mode (about 15 s)
     if not index_reachable():
         pytest.skip("the package index is out of reach: pip cannot resolve the install cell's requirements")
-    done = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "measure_install.py"), "--json"],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "measure_install.py"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode in (0, 1), done.stdout + done.stderr
     m = json.loads(done.stdout)
     assert m["forbidden"] == [], f"the install cell would bring {m['forbidden']}"

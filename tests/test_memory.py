@@ -1,28 +1,20 @@
-"""helpers.memory on CPU: exact accounting against hand computations, readouts side by side, the
-live Trainer readout (headless and in a faked notebook), and going on after an out-of-memory
-error. torch.cuda and NVML are faked where a GPU would be needed."""
+"""helpers.memory on CPU: exact accounting against hand computations, readouts side by side.
+torch.cuda and NVML are faked where a GPU would be needed."""
 
-import contextlib
-import gc
-import io
 import subprocess
 import sys
 import time
 import types
-import weakref
 
 import matplotlib
-import psutil
 import pytest
 import torch
 from torch import nn
 
-from helpers import memory
+from helpers import _probes
 from helpers.memory import (
     Readout,
     compare,
-    free_memory,
-    is_oom_error,
     measure,
     plot,
     read_gpu_memory,
@@ -147,8 +139,8 @@ def test_rss_peak_sees_a_transient_allocation():
 
 
 def test_rss_peak_is_sampled_where_the_kernel_peak_cannot_be_reset(monkeypatch):
-    monkeypatch.setattr(memory, "_reset_peak_rss", lambda: False)  # not Linux, or /proc read-only
-    monkeypatch.setattr(memory, "RSS_INTERVAL_S", 0.001)
+    monkeypatch.setattr(_probes, "reset_peak_rss", lambda: False)  # not Linux, or /proc read-only
+    monkeypatch.setattr(_probes, "RSS_INTERVAL_S", 0.001)
     with measure("transient") as r:
         block = torch.ones(64 * MIB // FP32)
         time.sleep(0.05)  # held for many sampling periods
@@ -167,8 +159,12 @@ def readouts():
 
     model, tokenizer = load_model("embedded")
     model.train()
-    batch = tokenizer(["Effective batch = per-device x accumulation x devices."] * 4, return_tensors="pt",
-                      padding="max_length", max_length=32)
+    batch = tokenizer(
+        ["Effective batch = per-device x accumulation x devices."] * 4,
+        return_tensors="pt",
+        padding="max_length",
+        max_length=32,
+    )
     batch["labels"] = batch["input_ids"].clone()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
@@ -225,8 +221,10 @@ def test_plot_stacks_the_components_of_each_readout(readouts):
     ax = plot(rs)
     try:
         assert len(ax.patches) == len(rs) * 4  # weights, gradients, optimizer, activations
-        tops = [max(p.get_y() + p.get_height() for p in ax.patches if abs(p.get_x() + p.get_width() / 2 - i) < 0.01)
-                for i in range(len(rs))]
+        tops = [
+            max(p.get_y() + p.get_height() for p in ax.patches if abs(p.get_x() + p.get_width() / 2 - i) < 0.01)
+            for i in range(len(rs))
+        ]
         assert tops == pytest.approx([r.total / MIB for r in rs])
         assert [t.get_text() for t in ax.get_xticklabels()] == [r.label for r in rs]
         assert ax.get_ylabel() == "MiB"
@@ -318,7 +316,9 @@ def test_read_gpu_memory_reads_every_card_through_nvml_only(monkeypatch, no_cuda
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
     cards = read_gpu_memory()
     assert [(c.index, c.name, c.used_bytes, c.total_bytes) for c in cards] == [
-        (0, "Tesla T4", 1 * GIB, 15 * GIB), (1, "Tesla T4", 3 * GIB, 15 * GIB)]
+        (0, "Tesla T4", 1 * GIB, 15 * GIB),
+        (1, "Tesla T4", 3 * GIB, 15 * GIB),
+    ]
     assert str(cards[1]) == "gpu 1 Tesla T4: 3.00 of 15.00 GiB used (20%)"
     assert nvml.open == 0
 
@@ -331,7 +331,7 @@ def test_read_gpu_memory_without_a_driver_is_empty(monkeypatch):
 def test_measure_through_nvml_keeps_each_cards_peak(monkeypatch, no_cuda):
     nvml = FakeNVML([("Tesla T4", 1 * GIB, 15 * GIB), ("Tesla T4", 2 * GIB, 15 * GIB)])
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
-    monkeypatch.setattr(memory, "NVML_INTERVAL_S", 0.001)
+    monkeypatch.setattr(_probes, "NVML_INTERVAL_S", 0.001)
     with measure("two cards", device="nvml") as r:
         nvml.cards[0][1] = 9 * GIB  # what a worker process on card 0 reaches for a moment
         reads = nvml.reads
@@ -350,269 +350,13 @@ def test_measure_through_nvml_without_a_driver_says_so(monkeypatch):
             pass
 
 
-# ----------------------------------------------------------------------------------------------
-# the live readout
-
-
-@pytest.fixture(scope="module")
-def tiny_training():
-    from helpers.models import load_model
-
-    model, tokenizer = load_model("embedded")
-    texts = [f"Batch {i}: effective batch = per-device x accumulation x devices." for i in range(16)]
-    rows = tokenizer(texts, padding="max_length", max_length=16, truncation=True)
-    data = [{"input_ids": ids, "attention_mask": m, "labels": ids}
-            for ids, m in zip(rows["input_ids"], rows["attention_mask"])]
-    return model, data
-
-
-def test_live_callback_prints_lines_headless_and_a_summary(tiny_training, capsys, tmp_path):
-    from transformers import Trainer, TrainerCallback, TrainingArguments
-
-    model, data = tiny_training
-    live = memory.LiveMemoryCallback(every_n_steps=2)
-    assert isinstance(live, TrainerCallback)
-    args = TrainingArguments(str(tmp_path), max_steps=4, per_device_train_batch_size=4, logging_steps=2,
-                             save_strategy="no", report_to="none", use_cpu=True, disable_tqdm=True)
-    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[live])
-    trainer.train()
-    out = capsys.readouterr().out.splitlines()
-    lines = [line for line in out if line.startswith("step ")]
-    losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
-    assert len(lines) == 2 and lines[0].startswith("step 2/4 | ") and lines[1].startswith("step 4/4 | ")
-    # the loss the Trainer logged at that very step, although it logs after on_step_end
-    assert f"loss {losses[0]:.4f} (step 2)" in lines[0] and f"loss {losses[1]:.4f} (step 4)" in lines[1]
-    assert "RSS" in lines[0] and "RAM" in lines[0] and ("MiB" in lines[0] or "GiB" in lines[0]) and "s/step" in lines[0]
-    (done,) = [line for line in out if line.startswith("done: ")]
-    assert done.startswith("done: 4 steps in ") and "peak RSS" in done and "mean loss" in done
-    assert live.summary["steps"] == 4 and live.summary["device"] == "cpu"
-    assert 0 < live.summary["peak_bytes"] < live.summary["capacity_bytes"]
-    assert live.summary["loss"] == pytest.approx(losses[1])
-
-
-class FakeHandle:
-    def __init__(self, bundle, kwargs):
-        self.shown = [(bundle, kwargs)]
-
-    def update(self, bundle, **kwargs):
-        self.shown.append((bundle, kwargs))
-
-
-def test_live_callback_updates_one_output_area_in_a_notebook(monkeypatch, capsys):
-    from IPython import display
-    from transformers import TrainerControl, TrainerState
-
-    handles = []
-
-    def fake_display(bundle, **kwargs):
-        assert kwargs.get("display_id") is True
-        handles.append(FakeHandle(bundle, kwargs))
-        return handles[-1]
-
-    monkeypatch.setattr(display, "display", fake_display)
-    monkeypatch.setattr(memory, "_in_notebook", lambda: True)
-    live = memory.LiveMemoryCallback(every_n_steps=2)  # output="auto" finds the (faked) notebook
-    args, state, control = types.SimpleNamespace(device="cpu"), TrainerState(max_steps=6), TrainerControl()
-    live.on_train_begin(args, state, control)
-    for step in range(1, 7):
-        state.global_step = step
-        live.on_step_end(args, state, control)
-    live.on_train_end(args, state, control)
-
-    assert len(handles) == 1, "one output area, updated in place, not one per update"
-    shown = handles[0].shown
-    assert len(shown) == 4  # steps 2, 4, 6, then the summary
-    assert all(set(bundle) == {"text/plain"} and kwargs.get("raw") for bundle, kwargs in shown)
-    assert [b["text/plain"].split(" |")[0] for b, _ in shown[:3]] == ["step 2/6", "step 4/6", "step 6/6"]
-    last_status, summary = shown[3][0]["text/plain"].splitlines()
-    assert last_status == shown[2][0]["text/plain"] and summary.startswith("done: 6 steps")
-    assert capsys.readouterr().out == ""
-
-
-def test_live_callback_on_a_gpu_reads_the_allocator_against_the_card(monkeypatch, capsys):
-    from transformers import TrainerControl, TrainerState
-
-    resets = []
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: types.SimpleNamespace(total_memory=15 * GIB))
-    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda d: resets.append(d))
-    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda d: 1 * GIB)
-    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d: 2 * GIB)
-    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda d: 3 * GIB)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: pytest.fail("a readout must not synchronize"))
-    live = memory.LiveMemoryCallback(every_n_steps=5, output="text")
-    args, state, control = types.SimpleNamespace(device="cuda:0"), TrainerState(max_steps=5), TrainerControl()
-    live.on_train_begin(args, state, control)
-    assert resets == ["cuda:0"]  # the peak is this run's
-    state.global_step = 5
-    live.on_step_end(args, state, control)
-    live.on_train_end(args, state, control)
-    status, done = capsys.readouterr().out.splitlines()
-    assert status.startswith("step 5/5 | loss - | cuda:0 1.00 GiB allocated, peak 2.00 GiB "
-                             "(peak reserved 3.00 GiB = 20% of 15.00 GiB) | ")
-    assert done.endswith("peak cuda:0 2.00 GiB allocated, 3.00 GiB reserved = 20% of 15.00 GiB")
-    assert live.summary["peak_bytes"] == 2 * GIB and live.summary["capacity_bytes"] == 15 * GIB
-
-
-def test_live_callback_shows_nothing_on_other_processes(capsys):
-    from transformers import TrainerControl, TrainerState
-
-    live = memory.LiveMemoryCallback(every_n_steps=1, output="text")
-    args = types.SimpleNamespace(device="cpu")
-    state = TrainerState(max_steps=2, is_world_process_zero=False)
-    live.on_train_begin(args, state, TrainerControl())
-    state.global_step = 1
-    live.on_step_end(args, state, TrainerControl())
-    live.on_train_end(args, state, TrainerControl())
-    assert capsys.readouterr().out == ""
-
-
-def test_notebook_detection_needs_a_kernel(monkeypatch):
-    import IPython
-
-    assert memory._in_notebook() is False  # pytest: no kernel
-    monkeypatch.setattr(IPython, "get_ipython", lambda: types.SimpleNamespace(kernel=object()))
-    assert memory._in_notebook() is True
-    monkeypatch.setattr(IPython, "get_ipython", lambda: types.SimpleNamespace())  # terminal IPython
-    assert memory._in_notebook() is False
-
-
-@pytest.mark.parametrize("bad", [0, -1, 2.5, True])
-def test_live_callback_says_what_every_n_steps_takes(bad):
-    with pytest.raises(ValueError, match=r"every_n_steps must be an int >= 1.*LiveMemoryCallback\(10\)"):
-        memory.LiveMemoryCallback(every_n_steps=bad)
-
-
 def test_importing_the_module_loads_neither_torch_nor_transformers():
-    code = ("import sys, helpers.memory; "
-            "assert not {'torch', 'transformers', 'matplotlib'} & set(sys.modules), sorted(sys.modules)")
+    code = (
+        "import sys, helpers.memory; "
+        "assert not {'torch', 'transformers', 'matplotlib'} & set(sys.modules), sorted(sys.modules)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-
-
-# ----------------------------------------------------------------------------------------------
-# going on after an out-of-memory error
-
-BIG = 64 * MIB  # bytes of the activations a failing forward leaves behind
-
-
-def forward_that_runs_out(refs):
-    """A forward pass that fills memory, then fails the way CUDA does."""
-    activations = torch.ones(BIG // FP32)  # written, so resident
-    refs.append(weakref.ref(activations))
-    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has 14.74 GiB in total")
-
-
-@pytest.fixture
-def last_error():
-    yield
-    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
-        if hasattr(sys, name):
-            delattr(sys, name)
-
-
-def test_free_memory_releases_what_a_notebook_error_keeps(last_error):
-    refs = []
-    try:
-        forward_that_runs_out(refs)
-    except torch.OutOfMemoryError as e:  # what IPython does with an error a cell raised: keep it
-        sys.last_type, sys.last_value, sys.last_traceback = type(e), e, e.__traceback__
-    gc.collect()
-    assert refs[0]() is not None, "the traceback keeps the failed forward's tensors; gc alone cannot free them"
-    rss = psutil.Process().memory_info().rss
-    assert free_memory() == []
-    assert refs[0]() is None
-    assert not hasattr(sys, "last_value") and not hasattr(sys, "last_traceback")
-    assert rss - psutil.Process().memory_info().rss > 0.9 * BIG  # handed back to the system
-    again = torch.ones(BIG // FP32)  # and the same memory can be taken again
-    assert again.sum() == BIG // FP32
-
-
-def test_free_memory_inside_the_except_block_and_for_a_kept_exception():
-    refs = []
-    try:
-        forward_that_runs_out(refs)
-    except torch.OutOfMemoryError as e:
-        kept = e
-        free_memory()  # the error being handled
-        assert refs[0]() is None
-    try:
-        forward_that_runs_out(refs)
-    except torch.OutOfMemoryError as e:
-        kept = e  # the variable outlives the except block
-    gc.collect()
-    assert refs[1]() is not None
-    (kept,) = free_memory(kept)
-    assert kept is None and refs[1]() is None
-
-
-def test_free_memory_in_a_real_ipython_shell(last_error):
-    from IPython.core.interactiveshell import InteractiveShell
-    from traitlets.config import Config
-
-    config = Config()
-    config.HistoryManager.hist_file = ":memory:"
-    shell = InteractiveShell.instance(config=config)
-    try:
-        shell.run_cell("import torch, weakref\nfrom helpers.memory import free_memory\n"
-                       f"from {__name__} import forward_that_runs_out\nrefs = []")
-        with contextlib.redirect_stdout(io.StringIO()):
-            failed = shell.run_cell("forward_that_runs_out(refs)")  # the cell that runs out of memory
-            shell.run_cell("model = torch.nn.Linear(256, 256)\nmodel_ref = weakref.ref(model)")
-            shell.run_cell("model")  # shows the model: IPython's output cache keeps it
-        assert isinstance(failed.error_in_exec, torch.OutOfMemoryError)
-        ns = shell.user_ns
-        gc.collect()
-        assert ns["refs"][0]() is not None and ns["model_ref"]() is not None
-        shell.run_cell("model, = free_memory(model)")
-        assert ns["refs"][0]() is None, "the failed cell's activations are freed"
-        assert ns["model_ref"]() is None, "Out[n] and _ no longer keep the model"
-        assert ns["model"] is None and callable(ns["forward_that_runs_out"])  # the rest of the namespace stays
-    finally:
-        InteractiveShell.clear_instance()
-
-
-def test_free_memory_empties_the_cuda_cache_only_once_cuda_is_in_use(monkeypatch):
-    emptied = []
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(True))
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
-    assert free_memory(object(), object()) == [None, None]
-    assert emptied == []
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    free_memory()
-    assert emptied == [True]
-
-
-def _cpu_oom():
-    try:
-        torch.empty(2**60, dtype=torch.uint8)  # a real allocation failure: an exabyte
-    except RuntimeError as e:
-        return e
-    pytest.fail("allocating 2**60 bytes succeeded")
-
-
-def _chained():
-    try:
-        try:
-            raise torch.OutOfMemoryError("CUDA out of memory.")
-        except torch.OutOfMemoryError as inner:
-            raise RuntimeError("training step 12 failed") from inner
-    except RuntimeError as e:
-        return e
-
-
-@pytest.mark.parametrize("exc, oom", [
-    (torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), True),
-    (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), True),
-    (RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"), True),
-    (_cpu_oom(), True),
-    (_chained(), True),
-    (RuntimeError("mat1 and mat2 shapes cannot be multiplied (4x16 and 32x4)"), False),
-    (ValueError("out of memory"), False),
-    (KeyboardInterrupt(), False),
-])
-def test_is_oom_error(exc, oom):
-    assert is_oom_error(exc) is oom
 
 
 def test_readouts_are_plain_data():
@@ -634,14 +378,3 @@ def test_a_forward_without_backward_does_not_keep_its_graph_alive():
     del out
     gc.collect()
     assert probe() is None, "the forward's graph outlived the block"
-
-
-def test_live_callback_takes_a_log_before_any_training():
-    """trainer.evaluate() on a Trainer that never trained logs before on_train_begin."""
-    from transformers import TrainerControl, TrainerState, TrainingArguments
-
-    from helpers.memory import LiveMemoryCallback
-
-    callback = LiveMemoryCallback(output="text")
-    args = TrainingArguments(output_dir="unused", report_to="none", use_cpu=True)
-    callback.on_log(args, TrainerState(), TrainerControl(), logs={"eval_loss": 1.0})

@@ -1,4 +1,4 @@
-"""The embedded tiny model and dataset, and load_model's fallback rules, all through the real loaders."""
+"""The embedded tiny model and load_model's fallback rules, all through the real loaders."""
 
 import json
 import subprocess
@@ -10,7 +10,6 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from helpers import env, models
-from helpers.data import DATASET_PATH, load_course_data
 from helpers.models import EMBEDDED_DIR, is_embedded, load_model
 
 REPO = EMBEDDED_DIR.parents[2]
@@ -43,23 +42,18 @@ def test_tokenizer_is_trained_on_the_kit_text_and_round_trips():
 
 
 def test_build_script_reproduces_the_shipped_model_bit_for_bit(tmp_path):
-    done = subprocess.run([sys.executable, str(REPO / "scripts" / "build_tiny_model.py"), "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "build_tiny_model.py"), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     shipped, rebuilt = load_file(EMBEDDED_DIR / "model.safetensors"), load_file(tmp_path / "model.safetensors")
     assert shipped.keys() == rebuilt.keys()
     assert all(torch.equal(shipped[k], rebuilt[k]) for k in shipped)
     for name in ("tokenizer.json", "config.json"):
         assert json.loads((tmp_path / name).read_text()) == json.loads((EMBEDDED_DIR / name).read_text()), name
-
-
-def test_course_dataset_loads_through_datasets():
-    data = load_course_data()
-    assert data.num_rows >= 300
-    assert data.column_names == ["topic", "instruction", "response"]
-    instructions = [i.strip().lower() for i in data["instruction"]]
-    assert len(set(instructions)) == len(instructions), "every instruction is distinct"
-    assert all(r.strip() for r in data["response"])
 
 
 def test_smoke_loads_the_embedded_model_with_a_banner(capsys):
@@ -98,6 +92,7 @@ def test_a_hanging_network_does_not_hang_the_notebook(monkeypatch):
 
     # a fake for what cannot exist here: a DNS lookup that never answers (it ignores socket timeouts)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+
     def never_answers(*args, **kwargs):
         time.sleep(5)  # seconds, far past the timeout below; then fail as a dead lookup would
         raise OSError("lookup timed out")
@@ -127,19 +122,7 @@ def test_missing_asset_names_the_file_and_the_fix(monkeypatch, tmp_path):
         load_model("embedded")
 
 
-def test_missing_dataset_names_the_fix(monkeypatch, tmp_path):
-    from helpers import data
-
-    monkeypatch.setattr(data, "DATASET_PATH", tmp_path / "course.jsonl")
-    with pytest.raises(FileNotFoundError, match="course.jsonl is missing. Reinstall the kit"):
-        data.load_course_data()
-
-
 @pytest.mark.parametrize("bad", ["", "   ", None])
 def test_empty_model_id_is_refused(bad):
     with pytest.raises(ValueError, match="model_id must be a Hub id"):
         load_model(bad)
-
-
-def test_dataset_path_is_package_data():
-    assert DATASET_PATH.is_file() and DATASET_PATH.parent.parent == EMBEDDED_DIR.parent

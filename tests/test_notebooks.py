@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import notebooks
-from helpers.notebooks import INSTALL_CELL, METADATA, NOTEBOOKS_DIR, REPO_ROOT
+from helpers.maintainer import notebooks
+from helpers.maintainer.notebooks import INSTALL_CELL, METADATA, NOTEBOOKS_DIR, REPO_ROOT
 
 DISTRIBUTION = "compute-realities-kit"  # pyproject.toml's name; its metadata lists the dependencies
 IPYNBS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))

@@ -1,59 +1,29 @@
 """Notebooks 05 (QLoRA) and 06 (experiment tracking), run once headless: their figures point the right way.
 
-One run of both notebooks through the runner (`python -m helpers run --smoke`), on the embedded
-model, shared by every test below. The run is given a planted wandb key and Hub token (fakes,
-named as such) and a wandb server that refuses connections, so notebook 06 takes the "key found,
-server unreachable" path and the last test can look for the planted values in everything the run
-printed or wrote.
+They read the suite's one smoke run of every notebook (tests/conftest.py), which is given a planted
+wandb key and Hub token (fakes, named as such) and a wandb server that refuses connections, so
+notebook 06 takes the "key found, server unreachable" path and the last test can look for the
+planted values in everything the run printed or wrote.
 """
 
 import base64
 import json
 import math
-import os
-import socket
 import statistics
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from helpers.manifest import load_manifest
 from helpers.models import EMBEDDED_DIR
-from helpers.tracking import load_manifest
 
 NOTEBOOKS = ("05_qlora", "06_experiment_tracking")
-FAKE_WANDB_KEY = "local-fake-" + "9d2e4b7c1a" * 4  # the shape of a wandb key; never a real one
-FAKE_HF_TOKEN = "hf_plantedFakeTokenForTheNotebookLeakTest01"
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # closed on exit: a connection is refused at once
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    """(figures by notebook, output folder, what the runner printed), from one smoke run of 05 and 06."""
-    out = tmp_path_factory.mktemp("build")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    env.update(
-        HF_HUB_OFFLINE="1",  # the tests never touch the network
-        WANDB_API_KEY=FAKE_WANDB_KEY, HF_TOKEN=FAKE_HF_TOKEN,
-        WANDB_BASE_URL=f"http://127.0.0.1:{closed_port()}",  # a wandb server that is not there
-        WANDB_CONFIG_DIR=str(out / "wandb-config"), WANDB_CACHE_DIR=str(out / "wandb-cache"),
-        WANDB_DATA_DIR=str(out / "wandb-data"), WANDB_ARTIFACT_DIR=str(out / "wandb-artifacts"),
-        # one thread: on a shared 2-core machine, OpenMP threads that wait on each other's cores make
-        # the tiny model's steps ten times slower; results are the same bit for bit
-        OMP_NUM_THREADS="1",
-    )
-    only = [a for nb in NOTEBOOKS for a in ("--only", nb[:2])]
-    done = subprocess.run([sys.executable, "-m", "helpers", "run", "--smoke", *only, "--out", str(out)],
-                          capture_output=True, text=True, timeout=600, env=env)
-    assert done.returncode == 0, done.stdout + done.stderr
-    figures = {nb: json.loads((out / "results" / f"{nb}.json").read_text()) for nb in NOTEBOOKS}
-    return figures, out, done.stdout + done.stderr
+def run(notebook_run):
+    """(figures by notebook, output folder, what the runner printed), from the shared smoke run."""
+    assert notebook_run.returncode == 0, notebook_run.printed
+    return {nb: notebook_run.results[nb] for nb in NOTEBOOKS}, notebook_run.out, notebook_run.printed
 
 
 def test_both_run_headless_on_the_embedded_model(run):
@@ -138,14 +108,16 @@ def test_06_manifest_of_the_best_checkpoint_names_its_seed(run):
         assert m["tracking"]["mode"] == "offline"
 
 
-def test_06_tracking_went_offline_without_a_prompt_and_leaked_nothing(run):
+def test_06_tracking_went_offline_without_a_prompt_and_leaked_nothing(run, notebook_run):
     _, out, printed = run
     nb06 = (out / "notebooks" / "06_experiment_tracking.ipynb").read_text()
     assert "a W&B key was found (the WANDB_API_KEY environment variable)" in nb06
     assert "wandb sync " in nb06
-    needles = [form for secret in (FAKE_WANDB_KEY, FAKE_HF_TOKEN)  # as text, and as an HTTP Basic header carries it
-               for form in (secret.encode(), base64.b64encode(f"api:{secret}".encode()),
-                            base64.b64encode(secret.encode()))]
+    needles = [
+        form
+        for secret in notebook_run.planted_secrets  # as text, and as an HTTP Basic header carries it
+        for form in (secret.encode(), base64.b64encode(f"api:{secret}".encode()), base64.b64encode(secret.encode()))
+    ]
     leaks = [str(p) for p in out.rglob("*") if p.is_file() and any(n in p.read_bytes() for n in needles)]
     assert leaks == [], f"a planted secret was written to {leaks}"
     assert not any(n.decode() in printed for n in needles)

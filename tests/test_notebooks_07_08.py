@@ -8,8 +8,8 @@ exists and records them, and the run must have resumed from a checkpoint after t
 disconnect. Run again on the finished run, as after a later disconnect, it must train nothing and
 report the same final loss from the adapter it reloads.
 
-One runner call executes both notebooks (the slow part, shared by the module); `--smoke` makes them
-use the embedded tiny model and 4 optimizer steps.
+They read the suite's one smoke run of every notebook (tests/conftest.py); `--smoke` makes them use
+the embedded tiny model and 4 optimizer steps.
 """
 
 import json
@@ -23,9 +23,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from helpers.checkpoints import check_checkpoint, list_checkpoints
-from helpers.notebooks import NOTEBOOKS_DIR
-from helpers.tracking import load_manifest
+from helpers.maintainer.notebooks import NOTEBOOKS_DIR
+from helpers.manifest import load_manifest
+from helpers.resume import check_checkpoint, list_checkpoints
 
 NB07, NB08 = "07_kaggle_t4x2", "08_capstone"
 TIMEOUT_S = 600  # for each subprocess, generous for a loaded machine
@@ -35,14 +35,10 @@ SECONDS_LIMIT = 60
 
 
 @pytest.fixture(scope="module")
-def ran(tmp_path_factory):
-    """`python -m helpers run --smoke --only 07 --only 08`: (completed process, out folder, results by stem)."""
-    out = tmp_path_factory.mktemp("build")
-    done = subprocess.run([sys.executable, "-m", "helpers", "run", "--smoke", "--only", NB07, "--only", NB08,
-                           "--out", str(out)], capture_output=True, text=True, timeout=TIMEOUT_S)
-    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-5000:]
-    results = {stem: json.loads((out / "results" / f"{stem}.json").read_text()) for stem in (NB07, NB08)}
-    return done, out, results
+def ran(notebook_run):
+    """The suite's shared smoke run: (the run, out folder, results by stem)."""
+    assert notebook_run.returncode == 0, notebook_run.stdout[-5000:] + notebook_run.stderr[-5000:]
+    return notebook_run, notebook_run.out, {stem: notebook_run.results[stem] for stem in (NB07, NB08)}
 
 
 def outputs_text(path: Path) -> str:
@@ -105,14 +101,30 @@ def test_07_train_py_runs_under_accelerate_launch_to_the_same_weights(ran, tmp_p
     _, out, results = ran
     shutil.copy(out / "work" / NB07 / "build" / "train.py", tmp_path)
     env = {**os.environ, "HF_HOME": str(tmp_path / "hf")}  # no accelerate config of this machine's
-    done = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-                           "--main_process_port", str(free_port()), "train.py"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--multi_gpu",
+            "--num_processes",
+            "2",
+            "--main_process_port",
+            str(free_port()),
+            "train.py",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads((tmp_path / "ddp_result.json").read_text())
     assert report["num_processes"] == 2 and report["backend"] == "gloo"
-    assert [c[0] for c in report["checksums"]] == results[NB07]["param_checksums"], \
+    assert [c[0] for c in report["checksums"]] == results[NB07]["param_checksums"], (
         "the script must train exactly what the notebook trained"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -123,8 +135,10 @@ def test_08_report_gives_the_lessons_effective_batch_and_seed(ran):
     r = ran[2][NB08]
     assert r["effective_batch"] == 16 and r["effective_batch_parts"] == [1, 16, 1]
     assert r["seed"] == 42
-    assert r["peak_memory_mib"] > 0 and r["peak_memory_measured_by"] in ("process peak RSS",
-                                                                          "torch.cuda.max_memory_allocated")
+    assert r["peak_memory_mib"] > 0 and r["peak_memory_measured_by"] in (
+        "process peak RSS",
+        "torch.cuda.max_memory_allocated",
+    )
     assert r["final_loss"] > 0
 
 
@@ -157,9 +171,14 @@ def test_08_run_again_on_the_finished_run_trains_nothing(ran, tmp_path, monkeypa
     monkeypatch.setenv("HELPERS_RESULTS_DIR", str(tmp_path))
     monkeypatch.setenv("HELPERS_NOTEBOOK", "again")
     # not a smoke run, so the folder is kept: run_name points it at the smoke run's finished folder
-    pm.execute_notebook(str(NOTEBOOKS_DIR / f"{NB08}.ipynb"), str(tmp_path / "again.ipynb"), cwd=str(work),
-                        parameters={"smoke": False, "run_name": "capstone-smoke", "max_steps": 4},
-                        kernel_name="python3", progress_bar=False)
+    pm.execute_notebook(
+        str(NOTEBOOKS_DIR / f"{NB08}.ipynb"),
+        str(tmp_path / "again.ipynb"),
+        cwd=str(work),
+        parameters={"smoke": False, "run_name": "capstone-smoke", "max_steps": 4},
+        kernel_name="python3",
+        progress_bar=False,
+    )
     again = json.loads((tmp_path / "again.json").read_text())
     assert "ends a finished run (step 4 of 4)" in outputs_text(tmp_path / "again.ipynb")
     assert again["output_dir"] == first["output_dir"] and again["final_step"] == 4 and again["train_seconds"] == 0

@@ -1,4 +1,4 @@
-"""helpers.models.load_qlora: 4-bit NF4 + LoRA, proved against the dequantized model's gradients.
+"""helpers.qlora.load_qlora: 4-bit NF4 + LoRA, proved against the dequantized model's gradients.
 
 Real bitsandbytes, peft and transformers on CPU. The reference is the same model with every 4-bit
 linear replaced by an nn.Linear holding exactly the weight bitsandbytes dequantizes, carrying the
@@ -14,7 +14,8 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
 
 from helpers.data import load_course_data
-from helpers.models import EMBEDDED_DIR, disable_cpu_repacking, is_embedded, load_qlora, measure_footprint
+from helpers.models import EMBEDDED_DIR, is_embedded
+from helpers.qlora import disable_cpu_repacking, load_qlora, measure_footprint
 
 # peft 0.21's get_peft_model reads transformers' deprecated `is_gradient_checkpointing` (the reference models here)
 pytestmark = pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning")
@@ -123,29 +124,43 @@ def test_footprint_counts_every_byte_once(embedded_qlora):
     assert fp.adapter_bytes == 4 * fp.trainable_params  # adapters train in fp32
     assert fp.fp32_bytes == 4 * sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(EMBEDDED_DIR).parameters())
     assert fp.total_bytes < fp.fp32_bytes
-    print(f"\nembedded model: {fp.quantized_bytes} B quantized + {fp.other_bytes} B rest + {fp.adapter_bytes} B "
-          f"adapters = {fp.total_bytes} B, vs {fp.fp32_bytes} B in fp32")
+    print(
+        f"\nembedded model: {fp.quantized_bytes} B quantized + {fp.other_bytes} B rest + {fp.adapter_bytes} B "
+        f"adapters = {fp.total_bytes} B, vs {fp.fp32_bytes} B in fp32"
+    )
 
 
 @pytest.mark.parametrize("eval_forward_first", [False, True], ids=["train-only", "after-eval-forward"])
 def test_lora_gradients_equal_the_dequantized_models(embedded_qlora, eval_forward_first):
     model, tokenizer, reference = embedded_qlora
     batch = batch_of(tokenizer)
-    max_abs, max_rel = compare(lora_gradients(model, batch, eval_forward_first=eval_forward_first),
-                               lora_gradients(reference, batch, eval_forward_first=eval_forward_first))
+    max_abs, max_rel = compare(
+        lora_gradients(model, batch, eval_forward_first=eval_forward_first),
+        lora_gradients(reference, batch, eval_forward_first=eval_forward_first),
+    )
     print(f"\nmax |grad - reference grad| = {max_abs:.3g} (relative {max_rel:.3g})")
     assert max_abs <= 1e-6 and max_rel <= 1e-5  # fp32 on both sides: same dequantized weights, same math
 
 
 # torch itself warns, once, that the repacked kernel has no autograd formula: the mechanism of the bug
 @pytest.mark.filterwarnings("ignore:.*gemv_4bit.*autograd kernel was not registered:UserWarning")
-@pytest.mark.skipif(not HAS_AVX512_BF16, reason="this CPU has no AVX512-BF16 (no avx512_bf16 in /proc/cpuinfo): "
-                    "bitsandbytes never repacks weights here, so the workaround has nothing to fix")
+@pytest.mark.skipif(
+    not HAS_AVX512_BF16,
+    reason="this CPU has no AVX512-BF16 (no avx512_bf16 in /proc/cpuinfo): "
+    "bitsandbytes never repacks weights here, so the workaround has nothing to fix",
+)
 def test_without_the_workaround_an_eval_forward_breaks_the_gradients(tmp_path):
     # the embedded model's MLP width (176) is not a multiple of the 32-row blocks the repacking
     # needs, so there it crashes instead; real models (1536, 11008, ...) get silently wrong gradients
-    config = LlamaConfig(vocab_size=2048, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, pad_token_id=0)
+    config = LlamaConfig(
+        vocab_size=2048,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        pad_token_id=0,
+    )
     torch.manual_seed(0)
     LlamaForCausalLM(config).save_pretrained(tmp_path)
     for name in ("tokenizer.json", "tokenizer_config.json"):
@@ -155,16 +170,18 @@ def test_without_the_workaround_an_eval_forward_breaks_the_gradients(tmp_path):
     layers = linear4bit_layers(model).values()
     for layer in layers:  # undo the workaround: bitsandbytes' default on this CPU
         layer.support_avx512bf16_for_cpu = True
-    max_abs, max_rel = compare(lora_gradients(model, batch, eval_forward_first=True),
-                               lora_gradients(reference, batch, eval_forward_first=True))
+    max_abs, max_rel = compare(
+        lora_gradients(model, batch, eval_forward_first=True), lora_gradients(reference, batch, eval_forward_first=True)
+    )
     print(f"\nwithout the workaround: max |grad - reference grad| = {max_abs:.3g} (relative {max_rel:.3g})")
     assert all(getattr(layer.weight.quant_state, "packing_format_for_cpu", False) for layer in layers)
     assert max_rel > 0.5  # silently wrong: no error, no warning, a loss that still looks fine
 
     fixed, tokenizer, reference = qlora_and_reference(str(tmp_path))  # load_qlora applies it
     assert disable_cpu_repacking(fixed) == len(layers)
-    max_abs, max_rel = compare(lora_gradients(fixed, batch, eval_forward_first=True),
-                               lora_gradients(reference, batch, eval_forward_first=True))
+    max_abs, max_rel = compare(
+        lora_gradients(fixed, batch, eval_forward_first=True), lora_gradients(reference, batch, eval_forward_first=True)
+    )
     assert max_abs <= 1e-6
 
 
@@ -174,16 +191,26 @@ def test_trainer_trains_only_the_adapter(tmp_path):
     adapter_before = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_B" in n}
     batch = batch_of(tokenizer, rows=8)
     rows = [{k: v[i] for k, v in batch.items()} for i in range(8)]
-    args = TrainingArguments(str(tmp_path), max_steps=3, per_device_train_batch_size=4, learning_rate=1e-2,
-                             report_to="none", save_strategy="no", use_cpu=True, disable_tqdm=True)
+    args = TrainingArguments(
+        str(tmp_path),
+        max_steps=3,
+        per_device_train_batch_size=4,
+        learning_rate=1e-2,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+    )
     Trainer(model=model, args=args, train_dataset=rows).train()
     after = dict(model.named_parameters())
     assert all(torch.equal(after[n], p) for n, p in base_before.items()), "the 4-bit base stays frozen"
     assert all(not torch.equal(after[n], p) for n, p in adapter_before.items()), "every adapter learned"
 
 
-@pytest.mark.parametrize("kwargs, match", [(dict(r=0), r"r is the LoRA rank.*got r=0"),
-                                           (dict(dropout=1.5), r"dropout is a probability.*dropout=1.5")])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [(dict(r=0), r"r is the LoRA rank.*got r=0"), (dict(dropout=1.5), r"dropout is a probability.*dropout=1.5")],
+)
 def test_bad_arguments_say_what_works(kwargs, match):
     with pytest.raises(ValueError, match=match):
         load_qlora("embedded", **kwargs)

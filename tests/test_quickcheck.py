@@ -19,26 +19,16 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from helpers.notebooks import NOTEBOOKS_DIR
+from helpers.maintainer.notebooks import NOTEBOOKS_DIR
 from helpers.quickcheck import ask, check
 from helpers.quickcheck import checks as checks_module
-from helpers.quickcheck.checks import choice_widget
-from helpers.quickcheck.bank import (
-    BANK_DIR,
-    BankError,
-    answer_hash,
-    bank_notebooks,
-    get_question,
-    load_bank,
-    params_for,
-    seal_file,
-    unseal_text,
-)
+from helpers.quickcheck.bank import BANK_DIR, BankError, bank_notebooks, get_question, load_bank, params_for
 from helpers.quickcheck.grading import collect, grade, grade_submission
 from helpers.quickcheck.handout import HandoutError, student_version, write_student_versions
 from helpers.quickcheck.judging import CORRECT, INVALID, NEEDS_ID, UNANSWERED, WRONG, format_receipt, judge
 from helpers.quickcheck.reading import Cell, NotANotebook, find_answer, parse_notebook, scan
 from helpers.quickcheck.safe_eval import Unreadable, evaluate, read_value
+from helpers.quickcheck.sealing import answer_hash, seal_file, unseal_text
 
 NB00 = NOTEBOOKS_DIR / "00_where_to_get_gpus.ipynb"
 ALL_QUESTIONS = [q for nb in bank_notebooks() for q in load_bank(nb)]
@@ -47,20 +37,25 @@ SID = "s-042"
 
 # ---------------------------------------------------------------- the right answers, found, not stored
 
+
 def solve(q, student_id=SID):
     """A right answer to `q` as Python source text (what a student writes after `answer_q.. =`)."""
     return _solve(q.id, student_id)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _solve(question_id, student_id):
     q = get_question(question_id)
     params = params_for(q, student_id)
     if q.kind == "choice":
         letters = list(q.choices)
         sizes = range(1, len(letters) + 1) if q.multiple else [1]
-        hits = [c for n in sizes for c in itertools.combinations(letters, n)
-                if answer_hash(q.id, "".join(c)) == q.answer_sha256]
+        hits = [
+            c
+            for n in sizes
+            for c in itertools.combinations(letters, n)
+            if answer_hash(q.id, "".join(c)) == q.answer_sha256
+        ]
         assert len(hits) == 1, f"{q.id}: {len(hits)} choices match the stored hash"
         return repr("".join(hits[0]))
     if q.kind == "number" and not q.personal:
@@ -93,6 +88,7 @@ def explanation(q, student_id=SID):
 
 # ---------------------------------------------------------------- the bank
 
+
 def test_every_notebook_has_a_bank_with_at_least_two_questions():
     assert bank_notebooks() == [f"{i:02d}" for i in range(9)]
     for nb in bank_notebooks():
@@ -104,8 +100,9 @@ def test_every_notebook_has_a_bank_with_at_least_two_questions():
 
 def test_the_lesson_question_is_in_notebook_04():
     q = get_question("q04_2")
-    assert q.prompt == ("Your GPU runs out of memory at batch size 8 but you need a larger effective batch. "
-                        "What keeps memory low?")
+    assert q.prompt == (
+        "Your GPU runs out of memory at batch size 8 but you need a larger effective batch. What keeps memory low?"
+    )
     right = q.choices[eval(solve(q))]
     assert "smaller per-device batch" in right and "accumulation" in right
 
@@ -132,30 +129,53 @@ def test_no_bank_file_holds_a_plain_answer():
 
 def test_seal_replaces_a_plain_answer_and_the_loader_refuses_unsealed(tmp_path):
     bank = tmp_path / "03.json"
-    bank.write_text(json.dumps({"questions": [{
-        "id": "q03_9", "kind": "choice", "prompt": "Pick one.", "choices": {"a": "x", "b": "y"},
-        "answer": "B", "hint": "Not x.", "explanation": "y, because y."}]}))
+    bank.write_text(
+        json.dumps(
+            {
+                "questions": [
+                    {
+                        "id": "q03_9",
+                        "kind": "choice",
+                        "prompt": "Pick one.",
+                        "choices": {"a": "x", "b": "y"},
+                        "answer": "B",
+                        "hint": "Not x.",
+                        "explanation": "y, because y.",
+                    }
+                ]
+            }
+        )
+    )
     with pytest.raises(BankError, match=r"has a plain answer; run `python -m helpers.quickcheck seal"):
         load_bank("03", tmp_path)
     assert seal_file(bank) == ["q03_9"]
     (q,) = load_bank("03", tmp_path)
-    assert "\"answer\"" not in bank.read_text() and "because" not in bank.read_text()
+    assert '"answer"' not in bank.read_text() and "because" not in bank.read_text()
     assert judge(q, "b").message == "y, because y." and judge(q, "a").status == WRONG
 
 
-BASE = {"id": "q03_9", "kind": "number", "prompt": "How many?", "hint": "Count.", "params": {"n": [1, 2]},
-        "expect": "n * 2"}
+BASE = {
+    "id": "q03_9",
+    "kind": "number",
+    "prompt": "How many?",
+    "hint": "Count.",
+    "params": {"n": [1, 2]},
+    "expect": "n * 2",
+}
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"kind": "essay"}, "kind 'essay' is not one of"),
-    ({"id": "q04_9"}, "the id must look like q03_1"),
-    ({"hint": ""}, "needs a non-empty 'hint'"),
-    ({"expect": ""}, 'needs "expect"'),
-    ({"params": {}, "expect": ""}, 'needs "answer_sha256"'),
-    ({"prompt": "How many {m}?"}, "the texts use {m}, which is not one of its params"),
-    ({"kind": "choice", "params": {}, "choices": {"a": "x"}}, "at least two single-letter keys"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"kind": "essay"}, "kind 'essay' is not one of"),
+        ({"id": "q04_9"}, "the id must look like q03_1"),
+        ({"hint": ""}, "needs a non-empty 'hint'"),
+        ({"expect": ""}, 'needs "expect"'),
+        ({"params": {}, "expect": ""}, 'needs "answer_sha256"'),
+        ({"prompt": "How many {m}?"}, "the texts use {m}, which is not one of its params"),
+        ({"kind": "choice", "params": {}, "choices": {"a": "x"}}, "at least two single-letter keys"),
+    ],
+)
 def test_bank_mistakes_are_named_with_the_fix(tmp_path, change, message):
     (tmp_path / "03.json").write_text(json.dumps({"questions": [{**BASE, **change}]}))
     with pytest.raises(BankError, match=re.escape(message)):
@@ -169,6 +189,7 @@ def test_duplicate_ids_in_a_bank_are_refused(tmp_path):
 
 
 # ---------------------------------------------------------------- check() in the notebook
+
 
 def test_unanswered_prints_the_question_and_never_raises(capsys):
     check("q00_1", None)
@@ -278,13 +299,24 @@ def test_unknown_question_id_names_the_real_ones():
         check("question1", "a")
 
 
-def test_ask_prints_text_headless_and_builds_a_working_widget(capsys):
+def asked_widget(question_id, monkeypatch):
+    """The widget `ask(question_id, widget=True)` displays."""
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    ask(question_id, widget=True)
+    (ui,) = shown
+    return ui
+
+
+def test_ask_prints_text_headless_and_builds_a_working_widget(capsys, monkeypatch):
     ask("q04_2")  # no notebook front end here: plain text
     assert "Quick check q04_2" in capsys.readouterr().out
     ask("q04_2", widget=True)  # forced: displays the widget (its repr, outside a notebook)
     assert "VBox" in capsys.readouterr().out
     q = get_question("q04_2")
-    ui = choice_widget(q)
+    ui = asked_widget("q04_2", monkeypatch)
     _, picker, button, feedback = ui.children
     picker.value = eval(wrong(q))
     button.click()
@@ -292,7 +324,7 @@ def test_ask_prints_text_headless_and_builds_a_working_widget(capsys):
     picker.value = eval(solve(q))
     button.click()
     assert "Correct" in feedback.value and "receipt q04_2" in feedback.value
-    multi = choice_widget(get_question("q00_2"))
+    multi = asked_widget("q00_2", monkeypatch)
     boxes = multi.children[1].children
     for box, letter in zip(boxes, get_question("q00_2").choices):
         box.value = letter in eval(solve(get_question("q00_2")))
@@ -302,15 +334,25 @@ def test_ask_prints_text_headless_and_builds_a_working_widget(capsys):
 
 # ---------------------------------------------------------------- reading values without running them
 
+
 def test_read_value_takes_literals_and_arithmetic_only():
     assert read_value("'b'") == "b" and read_value("-3") == -3 and read_value("48 / 0.52") == 48 / 0.52
-    assert read_value("dict(per_device_batch=4, grad_accum_steps=2 * 4)") == {"per_device_batch": 4,
-                                                                               "grad_accum_steps": 8}
+    assert read_value("dict(per_device_batch=4, grad_accum_steps=2 * 4)") == {
+        "per_device_batch": 4,
+        "grad_accum_steps": 8,
+    }
     assert read_value("['b', 'd']") == ["b", "d"]
-    for text, why in [("gb", "uses the name gb"), ("float('3')", "calls float()"), ("f'{x}'", "an f-string"),
-                      ("9 ** 9 ** 9", "exponent"), ("10**20 * 10**20", "out of range"), ("1 / 0", "fails"),
-                      ("'a' * 3", "arithmetic on str"), ("__import__('os')", "calls __import__()"),
-                      ("[x for x in y]", "ListComp")]:
+    for text, why in [
+        ("gb", "uses the name gb"),
+        ("float('3')", "calls float()"),
+        ("f'{x}'", "an f-string"),
+        ("9 ** 9 ** 9", "exponent"),
+        ("10**20 * 10**20", "out of range"),
+        ("1 / 0", "fails"),
+        ("'a' * 3", "arithmetic on str"),
+        ("__import__('os')", "calls __import__()"),
+        ("[x for x in y]", "ListComp"),
+    ]:
         with pytest.raises(Unreadable, match=re.escape(why)):
             read_value(text)
 
@@ -327,6 +369,7 @@ def test_evaluate_bank_rules_over_names():
 
 
 # ---------------------------------------------------------------- synthetic submissions
+
 
 def quick_check_cells(nb):
     return [c for c in nb["cells"] if c["cell_type"] == "code" and "QUICK CHECK" in "".join(c["source"])]
@@ -346,8 +389,13 @@ def submission(answers=None, *, student_id=SID, receipts=True, base=None):
         if receipts and m and m.group(2) != "None" and cell["cell_type"] == "code":
             q = get_question(m.group(1))
             verdict = judge(q, read_value(m.group(2)), student_id)
-            cell["outputs"] = [{"output_type": "stream", "name": "stdout",
-                                "text": [f"Quick check {q.id}\n", format_receipt(verdict, 2) + "\n"]}]
+            cell["outputs"] = [
+                {
+                    "output_type": "stream",
+                    "name": "stdout",
+                    "text": [f"Quick check {q.id}\n", format_receipt(verdict, 2) + "\n"],
+                }
+            ]
     return nb
 
 
@@ -380,8 +428,22 @@ def test_correct_wrong_and_partial_submissions(tmp_path):
     run = grade([subs], tmp_path / "grades.csv")
     rows = read_csv(run.csv_path)
     header = next(csv.reader(open(run.csv_path)))
-    assert header == ["file", "student_id", "status", "q00_1", "q00_2", "q00_3", "q00_4", "total", "max_points",
-                      "attempts_q00_1", "attempts_q00_2", "attempts_q00_3", "attempts_q00_4", "notes"]
+    assert header == [
+        "file",
+        "student_id",
+        "status",
+        "q00_1",
+        "q00_2",
+        "q00_3",
+        "q00_4",
+        "total",
+        "max_points",
+        "attempts_q00_1",
+        "attempts_q00_2",
+        "attempts_q00_3",
+        "attempts_q00_4",
+        "notes",
+    ]
     assert rows["dave.ipynb"]["total"] == "4" and rows["dave.ipynb"]["max_points"] == "4"
     assert rows["bob.ipynb"]["total"] == "0" and rows["bob.ipynb"]["attempts_q00_1"] == "2"
     carol = rows["carol.ipynb"]
@@ -408,15 +470,19 @@ def test_edited_submissions_are_read_as_written(tmp_path):
     set_source(qc[1], f'# QUICK CHECK q00_1\nmine = {RIGHT["q00_1"]}\ncheck("q00_1", mine)')
     # q00_2: answered, then the cell duplicated and the copy left blank, below it
     set_source(qc[2], f"# QUICK CHECK q00_2\nanswer_q00_2 = {RIGHT['q00_2']}\ncheck('q00_2', answer_q00_2)")
-    cells.insert(cells.index(qc[2]) + 1, {**copy.deepcopy(qc[2]), "source": ["answer_q00_2 = None\n",
-                                                                             "check('q00_2', answer_q00_2)"]})
+    cells.insert(
+        cells.index(qc[2]) + 1,
+        {**copy.deepcopy(qc[2]), "source": ["answer_q00_2 = None\n", "check('q00_2', answer_q00_2)"]},
+    )
     # q00_3: computed from a name: unreadable, with the reason
     set_source(qc[3], "%time x = 1\nbytes_pp = 16\nanswer_q00_3 = bytes_pp\ncheck('q00_3', answer_q00_3)")
     # q00_4: cell moved to the top of the notebook, answered with arithmetic
     cells.remove(qc[4])
     mem = params_for(get_question("q00_4"), SID)["memory_gb"]
-    set_source(qc[4], f"answer_q00_4 = {mem} / 0.52  # GB / bytes per param\n"
-                      "check('q00_4', answer_q00_4, student_id=student_id)")
+    set_source(
+        qc[4],
+        f"answer_q00_4 = {mem} / 0.52  # GB / bytes per param\ncheck('q00_4', answer_q00_4, student_id=student_id)",
+    )
     cells.insert(0, qc[4])
     s = grade_submission(write(tmp_path, "edited.ipynb", nb))
     g = s.questions
@@ -460,9 +526,16 @@ def test_colab_widget_metadata_and_string_sources(tmp_path):
         cell["source"] = "".join(cell["source"])  # Colab writes one string
         cell["metadata"] = {"colab": {"base_uri": "https://localhost:8080/"}, "id": f"x{i}", "outputId": "abc"}
         if cell["cell_type"] == "code":
-            cell.setdefault("outputs", []).append({"output_type": "display_data", "metadata": {}, "data": {
-                "application/vnd.jupyter.widget-view+json": {"model_id": "abc", "version_major": 2},
-                "text/plain": "VBox(children=(HTML(value='<b>Quick check</b>'),))"}})
+            cell.setdefault("outputs", []).append(
+                {
+                    "output_type": "display_data",
+                    "metadata": {},
+                    "data": {
+                        "application/vnd.jupyter.widget-view+json": {"model_id": "abc", "version_major": 2},
+                        "text/plain": "VBox(children=(HTML(value='<b>Quick check</b>'),))",
+                    },
+                }
+            )
     s = grade_submission(write(tmp_path, "colab.ipynb", nb))
     assert s.status == "graded" and s.total == 4 and s.questions["q00_1"].attempts == 2
 
@@ -559,8 +632,15 @@ def test_same_file_names_in_different_folders_get_separate_feedback(tmp_path):
 def test_grade_command_line(tmp_path):
     write(tmp_path / "subs", "a.ipynb", submission(RIGHT))
     write(tmp_path / "subs", "b.ipynb", "oops")
-    cmd = [sys.executable, "-m", "helpers.quickcheck", "grade", str(tmp_path / "subs"),
-           "--out", str(tmp_path / "g.csv")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "helpers.quickcheck",
+        "grade",
+        str(tmp_path / "subs"),
+        "--out",
+        str(tmp_path / "g.csv"),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "graded 2 submissions" in done.stdout and "(1 could not be read)" in done.stdout
@@ -578,8 +658,11 @@ def test_grade_command_line(tmp_path):
 
 INSTRUCTOR_CELLS = [
     ("code", "# QUICK CHECK q00_1\n# BEGIN SOLUTION\nanswer_q00_1 = 'b'\n# END SOLUTION\ncheck('q00_1', answer_q00_1)"),
-    ("code", "def effective_batch(per_device_batch, grad_accum_steps):\n    # BEGIN SOLUTION\n"
-             "    return per_device_batch * grad_accum_steps\n    # END SOLUTION\n"),
+    (
+        "code",
+        "def effective_batch(per_device_batch, grad_accum_steps):\n    # BEGIN SOLUTION\n"
+        "    return per_device_batch * grad_accum_steps\n    # END SOLUTION\n",
+    ),
     ("code", "# QUICK CHECK q00_3\nanswer_q00_3 = 16  # forgot the markers\ncheck('q00_3', answer_q00_3)"),
     ("code", "# QUICK CHECK student\nstudent_id = 'prof'"),
     ("markdown", "Why does a T4 use fp16?\n<!-- BEGIN SOLUTION -->\nBecause bf16 needs 8.0.\n<!-- END SOLUTION -->"),
@@ -588,8 +671,10 @@ INSTRUCTOR_CELLS = [
 
 def instructor_notebook():
     nb = nbformat.v4.new_notebook()
-    nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
-                   "widgets": {"application/vnd.jupyter.widget-state+json": {"state": {}}}}
+    nb.metadata = {
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+        "widgets": {"application/vnd.jupyter.widget-state+json": {"state": {}}},
+    }
     for kind, text in INSTRUCTOR_CELLS:
         cell = nbformat.v4.new_code_cell(text) if kind == "code" else nbformat.v4.new_markdown_cell(text)
         if kind == "code":
@@ -646,7 +731,8 @@ def test_every_notebook_ends_with_its_quick_checks_then_the_recap(path):
     found = scan([Cell(i, "".join(c["source"])) for i, c in enumerate(nb["cells"], 1) if c["cell_type"] == "code"])
     assert set(found.calls) == qids, (
         f"{path.name} should end with quick checks for {sorted(qids)} (it checks {sorted(found.calls)}): add one "
-        f"`# QUICK CHECK qNN_k` cell per question before the recap, as in notebooks/src/00_where_to_get_gpus.py")
+        f"`# QUICK CHECK qNN_k` cell per question before the recap, as in notebooks/src/00_where_to_get_gpus.py"
+    )
     last_check = max(nb["cells"].index(c) for c in quick_check_cells(nb))
     assert last_check == len(nb["cells"]) - 2, f"{path.name}: the quick checks come right before the recap"
     for qid in qids:
@@ -655,8 +741,10 @@ def test_every_notebook_ends_with_its_quick_checks_then_the_recap(path):
 
 # ---------------------------------------------------------------- end to end, in a real kernel
 
+
 def all_text(cells):
     """Sources and output texts of cells, decoded (what a person reading the notebook sees)."""
+
     def text(value):
         return "".join(value) if isinstance(value, list) else str(value)
 
@@ -691,7 +779,7 @@ def leaks(nb, student_id=""):
 @pytest.fixture(scope="module")
 def student_run(tmp_path_factory):
     """Student versions of the kit's notebooks, and notebook 00's executed by the runner (papermill)."""
-    from helpers.runner import execute
+    from helpers.maintainer.runner import execute
 
     root = tmp_path_factory.mktemp("e2e")
     made = write_student_versions(NOTEBOOKS_DIR, root / "handout")
@@ -705,8 +793,11 @@ def test_student_version_and_its_outputs_contain_no_answer(student_run):
     assert [p.name for p, _ in made] == [p.name for p in sorted(NOTEBOOKS_DIR.glob("*.ipynb"))]
     assert leaks(json.loads((root / "handout" / NB00.name).read_text())) == []
     assert leaks(executed) == []
-    outputs = "".join(o.get("text", "") if isinstance(o.get("text", ""), str) else "".join(o["text"])
-                      for c in quick_check_cells(executed) for o in c["outputs"])
+    outputs = "".join(
+        o.get("text", "") if isinstance(o.get("text", ""), str) else "".join(o["text"])
+        for c in quick_check_cells(executed)
+        for o in c["outputs"]
+    )
     assert outputs.count("Not answered yet") == 4 and "Traceback" not in outputs
 
 
@@ -740,8 +831,11 @@ def test_answered_in_a_kernel_then_graded(student_run, tmp_path):
 def test_student_command_line(tmp_path):
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "lesson.ipynb").write_text(json.dumps(instructor_notebook()))
-    done = subprocess.run([sys.executable, "-m", "helpers.quickcheck", "student", str(tmp_path / "src"),
-                           str(tmp_path / "out")], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "helpers.quickcheck", "student", str(tmp_path / "src"), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     assert "wrote" in done.stdout and "removed 1 solution block" in done.stdout
     assert "1 student version in" in done.stdout

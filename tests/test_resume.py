@@ -21,8 +21,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers.checkpoints import check_checkpoint, latest_valid_checkpoint, list_checkpoints
-from helpers.tracking import MANIFEST_NAME, load_manifest
+from helpers.manifest import MANIFEST_NAME, load_manifest
+from helpers.resume import check_checkpoint, latest_valid_checkpoint, list_checkpoints
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "train_embedded.py"
@@ -33,8 +33,12 @@ def train(out: Path, *flags: str, log: Path | None = None):
     """Start scripts/train_embedded.py; returns (process, out, log)."""
     log = log or out.with_suffix(".log")
     with open(log, "w") as log_file:  # a file, not a pipe: a full pipe would stall the run
-        process = subprocess.Popen([sys.executable, str(SCRIPT), "--out", str(out), *flags],
-                                   stdout=log_file, stderr=subprocess.STDOUT, cwd=REPO)
+        process = subprocess.Popen(
+            [sys.executable, str(SCRIPT), "--out", str(out), *flags],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
     return process, out, log
 
 
@@ -130,20 +134,25 @@ def weights(folder: Path) -> Path:
 
 # what a kill during a save (or a full disk, or a bad copy) leaves, and what the message must say
 CORRUPTIONS = {
-    "truncated weights": (lambda c: truncate(weights(c), 0.5),
-                          r"\.safetensors is truncated: [\d,]+ of [\d,]+ bytes"),
-    "no trainer state": (lambda c: (c / "trainer_state.json").unlink(),
-                         r"no trainer_state\.json \(the save was cut off"),
-    "half-written trainer state": (lambda c: truncate(c / "trainer_state.json", 0.3),
-                                   r"trainer_state\.json does not parse"),
-    "truncated optimizer": (lambda c: truncate(c / "optimizer.pt", 0.4),
-                            r"optimizer\.pt is not a complete torch file"),
-    "no optimizer": (lambda c: (c / "optimizer.pt").unlink(),
-                     r"no optimizer\.pt \(saved with save_only_model=True"),
-    "truncated rng state": (lambda c: truncate(c / "rng_state.pth", 0.5),
-                            r"rng_state\.pth is not a complete torch file"),
-    "weights header overwritten": (lambda c: weights(c).write_bytes(b"\xff" * 8 + weights(c).read_bytes()[8:]),
-                                   r"header alone needs"),
+    "truncated weights": (lambda c: truncate(weights(c), 0.5), r"\.safetensors is truncated: [\d,]+ of [\d,]+ bytes"),
+    "no trainer state": (
+        lambda c: (c / "trainer_state.json").unlink(),
+        r"no trainer_state\.json \(the save was cut off",
+    ),
+    "half-written trainer state": (
+        lambda c: truncate(c / "trainer_state.json", 0.3),
+        r"trainer_state\.json does not parse",
+    ),
+    "truncated optimizer": (lambda c: truncate(c / "optimizer.pt", 0.4), r"optimizer\.pt is not a complete torch file"),
+    "no optimizer": (lambda c: (c / "optimizer.pt").unlink(), r"no optimizer\.pt \(saved with save_only_model=True"),
+    "truncated rng state": (
+        lambda c: truncate(c / "rng_state.pth", 0.5),
+        r"rng_state\.pth is not a complete torch file",
+    ),
+    "weights header overwritten": (
+        lambda c: weights(c).write_bytes(b"\xff" * 8 + weights(c).read_bytes()[8:]),
+        r"header alone needs",
+    ),
     "no weights": (lambda c: weights(c).unlink(), r"no weights file"),
 }
 
@@ -177,8 +186,10 @@ def test_no_checkpoint_means_start_from_scratch(tmp_path, capsys):
     (tmp_path / "checkpoint-3").mkdir()
     (tmp_path / "checkpoint-3" / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
     assert check_checkpoint(tmp_path / "checkpoint-3", for_resume=False) == [
-        "trainer_state.json says step 2 but the folder is checkpoint-3", "no weights file (one of model.safetensors, "
-        "adapter_model.safetensors, model.safetensors.index.json, pytorch_model.bin, adapter_model.bin)"]
+        "trainer_state.json says step 2 but the folder is checkpoint-3",
+        "no weights file (one of model.safetensors, "
+        "adapter_model.safetensors, model.safetensors.index.json, pytorch_model.bin, adapter_model.bin)",
+    ]
 
 
 def test_a_sharded_model_is_checked_shard_by_shard(tmp_path):
@@ -191,10 +202,12 @@ def test_a_sharded_model_is_checked_shard_by_shard(tmp_path):
     index = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     assert check_checkpoint(folder, for_resume=False) == [
-        "shard model-00002-of-00002.safetensors named in model.safetensors.index.json is missing"]
+        "shard model-00002-of-00002.safetensors named in model.safetensors.index.json is missing"
+    ]
     save_file({"b": torch.zeros(4)}, folder / "model-00002-of-00002.safetensors")
     assert check_checkpoint(folder, for_resume=False) == []
     with open(folder / "model-00002-of-00002.safetensors", "ab") as f:
         f.write(b"\0" * 10)
     assert check_checkpoint(folder, for_resume=False) == [
-        "model-00002-of-00002.safetensors has 10 bytes more than its header describes (written over?)"]
+        "model-00002-of-00002.safetensors has 10 bytes more than its header describes (written over?)"
+    ]

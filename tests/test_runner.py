@@ -7,24 +7,18 @@ import sys
 import nbformat
 import pytest
 
-from helpers.notebooks import NOTEBOOKS_DIR
-from helpers.runner import UsageError, select
+from helpers.maintainer.notebooks import NOTEBOOKS_DIR
+from helpers.maintainer.runner import UsageError, select
 
 
 def run_cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "helpers", "run", *args], capture_output=True, text=True,
-                          timeout=600, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "helpers", "run", *args], capture_output=True, text=True, timeout=600, cwd=cwd
+    )
 
 
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-    """One headless run of all notebooks, shared by the checks below (it is the slow part)."""
-    out = tmp_path_factory.mktemp("build")
-    return run_cli("--smoke", "--out", str(out)), out
-
-
-def test_every_notebook_runs_headless(smoke_run):
-    done, out = smoke_run
+def test_every_notebook_runs_headless(notebook_run):
+    done, out = notebook_run, notebook_run.out
     assert done.returncode == 0, done.stdout + done.stderr
     stems = [p.stem for p in sorted(NOTEBOOKS_DIR.glob("*.ipynb"))]
     for stem in stems:
@@ -37,8 +31,8 @@ def test_every_notebook_runs_headless(smoke_run):
     assert "| notebook | status | seconds | figures |" in (out / "summary.md").read_text()
 
 
-def test_executed_copy_shows_the_smoke_banner_and_injected_parameters(smoke_run):
-    _, out = smoke_run
+def test_executed_copy_shows_the_smoke_banner_and_injected_parameters(notebook_run):
+    out = notebook_run.out
     nb = nbformat.read(out / "notebooks" / "00_where_to_get_gpus.ipynb", as_version=4)
     injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
     assert injected and "smoke = True" in injected[0].source
@@ -46,9 +40,8 @@ def test_executed_copy_shows_the_smoke_banner_and_injected_parameters(smoke_run)
     assert "USING THE EMBEDDED TINY MODEL" in text
 
 
-def test_notebook_00_figures_are_measured_on_this_machine(smoke_run):
-    _, out = smoke_run
-    r = json.loads((out / "results" / "00_where_to_get_gpus.json").read_text())
+def test_notebook_00_figures_are_measured_on_this_machine(notebook_run):
+    r = notebook_run.results["00_where_to_get_gpus"]
     assert r["platform"] == "local" and r["gpu_count"] == 0 and r["precision"] == "fp32"
     assert r["four_bit_ok"] is True and r["model"] == "embedded" and r["dataset_rows"] >= 300
     assert 4.0 < r["nf4_bits_per_param"] < 4.2  # 4-bit codes + double-quantized block scales
@@ -94,7 +87,7 @@ def test_failing_cell_is_printed_and_the_exit_code_says_so(tmp_path):
 
 def test_parameters_with_arithmetic_comments_are_still_injected(tmp_path):
     """papermill's own parser skips `x = 16  # 1 x 16 = 16`; the runner reads the cell with ast."""
-    from helpers.runner import declared_parameters
+    from helpers.maintainer.runner import declared_parameters
 
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}

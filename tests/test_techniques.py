@@ -5,16 +5,13 @@ computation it replaces), then the three notebooks run once headless and the fig
 recorded must point the way the lesson says.
 """
 
-import json
 import math
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from helpers.estimate import estimate_training_memory
-from helpers.memory import track_saved_tensors
+from helpers.saved_tensors import track_saved_tensors
 from helpers.seeds import seed_everything
 
 
@@ -24,8 +21,15 @@ def model():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     seed_everything(0)
-    config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, pad_token_id=0)
+    config = LlamaConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        pad_token_id=0,
+    )
     return LlamaForCausalLM(config).train()
 
 
@@ -56,6 +60,7 @@ def trim(batch):
 
 # ---------------------------------------------------------------- 04: gradient accumulation
 
+
 def test_accumulated_gradients_equal_the_large_batch(model):
     batch = torch.randint(0, 128, (8, 16), generator=torch.Generator().manual_seed(2))
     model(input_ids=batch, labels=batch).loss.backward()
@@ -70,7 +75,7 @@ def test_accumulated_gradients_equal_the_large_batch(model):
 def test_variable_lengths_need_the_token_sum_not_the_mean_of_means(model):
     lengths = [3, 4, 9, 10, 15, 16, 16, 16]
     whole = padded(lengths)
-    micros = [trim({k: v[i:i + 2] for k, v in whole.items()}) for i in range(0, 8, 2)]
+    micros = [trim({k: v[i : i + 2] for k, v in whole.items()}) for i in range(0, 8, 2)]
     total = sum(int((m["labels"][:, 1:] != -100).sum()) for m in micros)
 
     model(**whole).loss.backward()  # the reference: one mean over every labelled token
@@ -83,8 +88,9 @@ def test_variable_lengths_need_the_token_sum_not_the_mean_of_means(model):
     g_tokens = gradients(model)
     for m in micros:  # the same, written out: the reference computation for num_items_in_batch
         logits = model(input_ids=m["input_ids"], attention_mask=m["attention_mask"]).logits
-        losses = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), m["labels"][:, 1:].flatten(),
-                                                   ignore_index=-100, reduction="sum")
+        losses = torch.nn.functional.cross_entropy(
+            logits[:, :-1].flatten(0, 1), m["labels"][:, 1:].flatten(), ignore_index=-100, reduction="sum"
+        )
         (losses / total).backward()
     g_manual = gradients(model)
 
@@ -107,18 +113,32 @@ def test_the_trainer_counts_tokens_across_the_micro_batches_of_a_step(model, tmp
     rows = [{k: v[i][: lengths[i]] for k, v in whole.items()} for i in range(len(lengths))]
 
     def collate(items):
-        return trim({k: torch.nn.utils.rnn.pad_sequence([it[k] for it in items], batch_first=True,
-                                                        padding_value=-100 if k == "labels" else 0)
-                     for k in items[0]})
+        return trim(
+            {
+                k: torch.nn.utils.rnn.pad_sequence(
+                    [it[k] for it in items], batch_first=True, padding_value=-100 if k == "labels" else 0
+                )
+                for k in items[0]
+            }
+        )
 
     class Grab(TrainerCallback):
         def on_pre_optimizer_step(self, args, state, control, **kwargs):
             self.g = torch.cat([p.grad.flatten() for p in model.parameters()]).clone()
 
     grab = Grab()
-    args = training_args(str(tmp_path), per_device_train_batch_size=2, gradient_accumulation_steps=4, max_steps=1,
-                         learning_rate=0.0, max_grad_norm=0.0, save_strategy="no", disable_tqdm=True,
-                         dataloader_pin_memory=False, quiet=True)
+    args = training_args(
+        str(tmp_path),
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=4,
+        max_steps=1,
+        learning_rate=0.0,
+        max_grad_norm=0.0,
+        save_strategy="no",
+        disable_tqdm=True,
+        dataloader_pin_memory=False,
+        quiet=True,
+    )
     trainer = Trainer(model=model, args=args, train_dataset=rows, data_collator=collate, callbacks=[grab])
     trainer.train()
     model.zero_grad(set_to_none=True)
@@ -127,6 +147,7 @@ def test_the_trainer_counts_tokens_across_the_micro_batches_of_a_step(model, tmp
 
 
 # ---------------------------------------------------------------- 03: gradient checkpointing
+
 
 def test_checkpointing_gives_the_same_gradients_and_saves_what_the_estimator_says(model):
     batch = torch.randint(0, 128, (2, 64), generator=torch.Generator().manual_seed(3))
@@ -142,12 +163,14 @@ def test_checkpointing_gives_the_same_gradients_and_saves_what_the_estimator_say
     assert (grads[True] - grads[False]).abs().max().item() < 1e-6
     assert saved[True].peak_bytes < saved[False].peak_bytes / 2
     for on in (False, True):
-        e = estimate_training_memory(model.config, batch_size=2, seq_len=64, precision="fp32", checkpointing=on,
-                                     device="cpu")
+        e = estimate_training_memory(
+            model.config, batch_size=2, seq_len=64, precision="fp32", checkpointing=on, device="cpu"
+        )
         assert saved[on].peak_bytes == e.activations
 
 
 # ---------------------------------------------------------------- 02: mixed precision
+
 
 def test_bf16_halves_the_saved_bytes_of_the_layers_it_covers(model):
     import copy
@@ -215,14 +238,10 @@ NOTEBOOKS = ("02_mixed_precision", "03_gradient_checkpointing", "04_gradient_acc
 
 
 @pytest.fixture(scope="module")
-def figures(tmp_path_factory):
+def figures(notebook_run):
     """Notebooks 02-04 executed by the runner with the smoke parameters; their recorded figures."""
-    out = tmp_path_factory.mktemp("build")
-    only = [a for nb in NOTEBOOKS for a in ("--only", nb[:2])]
-    done = subprocess.run([sys.executable, "-m", "helpers", "run", "--smoke", *only, "--out", str(out)],
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return {nb: json.loads((out / "results" / f"{nb}.json").read_text()) for nb in NOTEBOOKS}
+    assert notebook_run.returncode == 0, notebook_run.printed
+    return {nb: notebook_run.results[nb] for nb in NOTEBOOKS}
 
 
 def test_02_figures(figures):

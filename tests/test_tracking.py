@@ -1,13 +1,13 @@
-"""helpers.tracking: wandb without prompts, the run manifest, no secret anywhere, variance across seeds.
+"""helpers.tracking: wandb without prompts, online or offline, and no secret anywhere a tracked run writes.
 
-Real wandb (offline, or online against a local server that fails), real Trainer, real peft and
-bitsandbytes. Fakes only for what cannot exist here, each named as one: Colab's and Kaggle's
-secret stores (modules put in sys.modules). wandb.ai is unreachable from this machine, so
-"online" is exercised against a local HTTP server that answers 500 to everything.
+Real wandb (offline, or online against a local server that fails), real Trainer with the run
+manifest (helpers.manifest, tested on its own in tests/test_manifest.py). Fakes only for what
+cannot exist here, each named as one: Colab's and Kaggle's secret stores (modules put in
+sys.modules). wandb.ai is unreachable from this machine, so "online" is exercised against a local
+HTTP server that answers 500 to everything.
 """
 
 import base64
-import io
 import os
 import shlex
 import socket
@@ -20,20 +20,29 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
-import torch
 from transformers import Trainer, TrainingArguments
 
 from helpers import tracking
-from helpers.data import load_course_data
-from helpers.models import load_model, load_qlora
-from helpers.seeds import plot_seeds, run_seeds
-from helpers.tracking import MANIFEST_NAME, ManifestCallback, init_tracking, load_manifest
+from helpers.data import pack_course_data
+from helpers.manifest import MANIFEST_NAME, ManifestCallback, load_manifest, scrub_secrets
+from helpers.models import load_model
+from helpers.tracking import init_tracking
 
 FAKE_KEY = "local-secret-" + "3f9c2a7e1b" * 4  # the shape of a wandb key (a prefix and 40+ characters)
 FAKE_HF_TOKEN = "hf_plantedFakeTokenForTheLeakTest0123456789"
 FAKE_PASSWORD = "planted-db-password-8841"
-WANDB_VARS = ("WANDB_MODE", "WANDB_SILENT", "WANDB_DIR", "WANDB_PROJECT", "WANDB_API_KEY", "WANDB_BASE_URL",
-              "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR")
+WANDB_VARS = (
+    "WANDB_MODE",
+    "WANDB_SILENT",
+    "WANDB_DIR",
+    "WANDB_PROJECT",
+    "WANDB_API_KEY",
+    "WANDB_BASE_URL",
+    "WANDB_CACHE_DIR",
+    "WANDB_CONFIG_DIR",
+    "WANDB_DATA_DIR",
+    "WANDB_ARTIFACT_DIR",
+)
 
 
 def forms_of(secret: str) -> list[bytes]:
@@ -122,16 +131,6 @@ class SecretNotFoundError(Exception):  # what Colab raises for a secret that is 
     pass
 
 
-def tokenized(tokenizer, rows=16, seq_len=32):
-    data = load_course_data().select(range(rows))
-    text = [f"{i}\n{r}" for i, r in zip(data["instruction"], data["response"])]
-    enc = tokenizer(text, padding="max_length", truncation=True, max_length=seq_len)
-    from datasets import Dataset
-
-    return Dataset.from_dict({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
-                              "labels": enc["input_ids"]})
-
-
 # ---------------------------------------------------------------------------------------------
 # choosing online or offline, never prompting
 
@@ -149,8 +148,14 @@ def test_no_key_goes_offline_at_once_and_prints_the_sync_command(sandbox, capsys
     assert seconds < 60
     assert run.finish() == run.sync_command
     # the printed command is the right one: wandb itself accepts it (a dry run needs no network)
-    dry = subprocess.run([*shlex.split(run.sync_command), "--dry-run"], capture_output=True, text=True, timeout=60,
-                         stdin=subprocess.DEVNULL, executable=str(Path(sys.executable).with_name("wandb")))
+    dry = subprocess.run(
+        [*shlex.split(run.sync_command), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        executable=str(Path(sys.executable).with_name("wandb")),
+    )
     assert dry.returncode == 0 and "Would sync 1 run" in dry.stdout + dry.stderr, dry.stdout + dry.stderr
 
 
@@ -179,9 +184,11 @@ def test_colab_secret_is_used_in_memory_then_offline_when_the_server_fails(sandb
         server.close()
     assert run.key_source == "Colab secrets"
     assert run.mode == "offline" and "could not start online" in run.reason
-    assert server.auth and all(a == "Basic " + base64.b64encode(f"api:{FAKE_KEY}".encode()).decode()
-                               for a in server.auth), "the key from the secret store reached the server"
+    assert server.auth and all(
+        a == "Basic " + base64.b64encode(f"api:{FAKE_KEY}".encode()).decode() for a in server.auth
+    ), "the key from the secret store reached the server"
     assert "WANDB_API_KEY" not in os.environ, "the key is passed in memory, not through the environment"
+    assert scrub_secrets(f"key {FAKE_KEY}") == "key <redacted>", "a key from a store is scrubbed like the others"
     run.finish()
     out = capfd.readouterr()
     assert not any(form.decode() in out.out + out.err for form in forms_of(FAKE_KEY))
@@ -216,8 +223,13 @@ def test_secret_stores_that_raise_or_hang_never_stop_the_run(sandbox, monkeypatc
     run.finish()
 
 
-@pytest.mark.parametrize("kwargs, match", [(dict(project=""), "project must be a non-empty string"),
-                                           (dict(project="p", mode="maybe"), "mode must be one of 'auto'")])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(project=""), "project must be a non-empty string"),
+        (dict(project="p", mode="maybe"), "mode must be one of 'auto'"),
+    ],
+)
 def test_bad_arguments_say_what_works(kwargs, match):
     with pytest.raises(ValueError, match=match):
         init_tracking(**kwargs)
@@ -227,45 +239,39 @@ def test_bad_arguments_say_what_works(kwargs, match):
 # a real training run: manifests in every checkpoint, and no secret anywhere
 
 
-def test_training_run_writes_manifests_and_leaks_no_secret(sandbox, monkeypatch, capfd):
+def test_a_tracked_run_logs_its_manifests_and_leaks_no_secret(sandbox, monkeypatch, capfd):
     monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
     monkeypatch.setenv("HF_TOKEN", FAKE_HF_TOKEN)
     monkeypatch.setenv("MY_SERVICE_PASSWORD", FAKE_PASSWORD)
     run = init_tracking("kit-test", {"experiment": "leak test"}, dir=sandbox / "wandb-dir")
     assert run.mode == "offline" and run.key_source == "the WANDB_API_KEY environment variable"
 
-    model, tokenizer = load_qlora("embedded", r=4, alpha=8)
-    train = tokenized(tokenizer)
-    args = TrainingArguments(str(sandbox / "out"), max_steps=4, save_steps=2, per_device_train_batch_size=4,
-                             gradient_accumulation_steps=2, logging_steps=1, seed=7, learning_rate=1e-3,
-                             report_to=run.report_to, use_cpu=True, disable_tqdm=True)
-    # secrets where a careless notebook might put them: scrubbed by value and by field name
-    extra = {"note": f"key is {FAKE_KEY}", "api_key": "abcdefgh12345678", "lr_sweep": [1e-3, 2e-3]}
+    model, tokenizer = load_model("embedded")
+    train = pack_course_data(tokenizer, 32).select(range(16))
+    args = TrainingArguments(
+        str(sandbox / "out"),
+        max_steps=4,
+        save_steps=2,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=2,
+        logging_steps=1,
+        seed=7,
+        learning_rate=1e-3,
+        report_to=run.report_to,
+        use_cpu=True,
+        disable_tqdm=True,
+    )
+    extra = {"note": f"key is {FAKE_KEY}"}  # a secret where a careless notebook might put it
     callback = ManifestCallback(dataset=train, extra=extra)
     Trainer(model=model, args=args, train_dataset=train, callbacks=[callback]).train()
     run.finish()
 
-    # 1. a manifest in every checkpoint, read back
+    # 1. every checkpoint's manifest names the tracking run (what notebook 08 continues after a disconnect)
     for step in (2, 4):
-        assert (sandbox / "out" / f"checkpoint-{step}" / MANIFEST_NAME).is_file()
-    manifest = load_manifest(sandbox / "out" / "checkpoint-4")
-    training = manifest["training"]
-    assert (training["seed"], training["effective_batch"]) == (7, 4 * 2 * 1)
-    assert training["args"]["learning_rate"] == 1e-3 and training["args"]["save_steps"] == 2
-    assert manifest["step"] == 4 and manifest["checkpoint"] == "checkpoint-4"
-    assert manifest["model"]["id"] == "embedded" and manifest["model"]["embedded"] is True
-    assert manifest["model"]["revision"] is None and manifest["model"]["commit"] is None
-    assert manifest["model"]["quantization"]["bnb_4bit_quant_type"] == "nf4"
-    assert manifest["model"]["adapters"]["default"]["r"] == 4
-    assert manifest["data"] == {"fingerprint": train._fingerprint, "num_rows": 16, "type": "Dataset"}
-    assert set(manifest["packages"]) == set(tracking.PACKAGES) and manifest["packages"]["torch"] == torch.__version__
-    assert manifest["kit"]["version"] and "commit" in manifest["kit"]
-    assert manifest["machine"]["platform"] == "local" and manifest["machine"]["precision"]["name"] == "fp32"
-    assert manifest["memory"]["peak_bytes"] > 50 * 2**20  # bytes; a Python process with torch loaded
-    assert manifest["metrics"]["last_train_log"]["step"] == 4
-    assert manifest["tracking"]["mode"] == "offline" and manifest["tracking"]["run_id"] == run.run.id
-    assert manifest["extra"] == {"note": "key is <redacted>", "api_key": "<redacted>", "lr_sweep": [1e-3, 2e-3]}
-    assert callback.last_manifest["step"] == 4
+        manifest = load_manifest(sandbox / "out" / f"checkpoint-{step}" / MANIFEST_NAME)
+        assert manifest["tracking"]["mode"] == "offline" and manifest["tracking"]["run_id"] == run.run.id
+        assert manifest["tracking"]["project"] == "kit-test" and manifest["step"] == step
+        assert manifest["extra"] == {"note": "key is <redacted>"}
 
     # 2. logged to the tracker: the manifest in the run's config, the peak memory in its summary
     records = b"".join(p.read_bytes() for p in run.run_dir.glob("*.wandb"))
@@ -278,74 +284,3 @@ def test_training_run_writes_manifests_and_leaks_no_secret(sandbox, monkeypatch,
     assert files_containing(sandbox, secrets) == []
     out = capfd.readouterr()
     assert not any(form.decode() in out.out + out.err for s in secrets for form in forms_of(s))
-
-
-def test_the_models_hub_commit_is_read_from_the_local_cache(tmp_path):
-    # the Hub cache's own layout (what huggingface_hub writes on download): refs/<branch> names the
-    # commit, snapshots/<commit>/ holds the files; no network involved
-    commit, repo = "0123456789abcdef0123456789abcdef01234567", tmp_path / "models--kit--tiny"
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text(commit)
-    (repo / "snapshots" / commit).mkdir(parents=True)
-    (repo / "snapshots" / commit / "config.json").write_text("{}")
-    assert tracking._hub_commit("kit/tiny", None, cache_dir=tmp_path) == commit
-    assert tracking._hub_commit("kit/tiny", "main", cache_dir=tmp_path) == commit
-    assert tracking._hub_commit(str(repo / "snapshots" / commit), None) == commit  # loaded from the snapshot folder
-    assert tracking._hub_commit("kit/absent", None, cache_dir=tmp_path) is None
-    assert tracking._hub_commit(str(tmp_path), None) is None  # a plain local folder has no commit
-
-
-def test_a_missing_manifest_says_how_to_get_one(tmp_path):
-    (tmp_path / "checkpoint-5").mkdir()
-    with pytest.raises(FileNotFoundError, match=r"No manifest at .*checkpoint-5.*ManifestCallback\(\)"):
-        load_manifest(tmp_path / "checkpoint-5")
-
-
-# ---------------------------------------------------------------------------------------------
-# variance across seeds
-
-
-@pytest.fixture(scope="module")
-def short_training(tmp_path_factory):
-    """train(seed) -> the training loss of 3 real Trainer steps on the embedded model."""
-    out = tmp_path_factory.mktemp("seeds")
-    _, tokenizer = load_model("embedded")
-    train = tokenized(tokenizer, rows=32)
-
-    def train_fn(seed):
-        model, _ = load_model("embedded")
-        args = TrainingArguments(str(out), max_steps=3, per_device_train_batch_size=4, learning_rate=1e-3, seed=seed,
-                                 report_to="none", save_strategy="no", use_cpu=True, disable_tqdm=True)
-        return Trainer(model=model, args=args, train_dataset=train).train().training_loss
-
-    return train_fn
-
-
-def test_same_seed_same_loss_bit_for_bit_other_seeds_spread(short_training):
-    runs = run_seeds(short_training, seeds=[0, 1, 2], metric="train_loss")
-    again = run_seeds(short_training, seeds=[0])
-    assert again.values[0] == runs.values[0], "same seed on CPU: bit-identical loss"
-    assert len(set(runs.values)) == 3 and runs.std > 0, "other seeds: another data order, another loss"
-    assert runs.mean == pytest.approx(sum(runs.values) / 3)
-    assert runs.std == pytest.approx(torch.tensor(runs.values, dtype=torch.float64).std().item())  # n - 1
-    assert "3 seeds: train_loss" in str(runs) and again.std == 0.0
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    ax = plot_seeds(runs)
-    assert [round(y, 12) for y in ax.lines[-1].get_ydata()] == [round(v, 12) for v in runs.values]
-    buffer = io.BytesIO()
-    ax.figure.savefig(buffer, format="png")
-    assert buffer.getvalue()[:4] == b"\x89PNG"
-
-
-def test_run_seeds_says_what_to_return():
-    with pytest.raises(ValueError, match=r"returned a dict with keys \['epoch', 'eval_loss'\].*key='eval_loss'"):
-        run_seeds(lambda seed: {"eval_loss": 1.0, "epoch": 1}, seeds=[0])
-    assert run_seeds(lambda seed: {"eval_loss": 1.0 + seed}, seeds=[0, 1], key="eval_loss").values == [1.0, 2.0]
-    assert run_seeds(lambda seed: torch.tensor(0.5), seeds=[0]).values == [0.5]
-    with pytest.raises(TypeError, match="must return a number"):
-        run_seeds(lambda seed: "low", seeds=[0])
-    with pytest.raises(ValueError, match="seeds is empty"):
-        run_seeds(lambda seed: 1.0, seeds=[])

@@ -12,9 +12,10 @@ For instructors (see the README):
     python -m helpers.quickcheck student notebooks/ handout/           # student versions
     python -m helpers.quickcheck grade submissions/ --out grades.csv   # grade without running them
 
-Modules: `bank` (the questions, one JSON file per notebook), `judging` (the one rule that judges
-an answer), `checks` (`check`, `ask`), `reading` (answers from a notebook's text, without running
-it), `grading` (the batch, CSV and feedback), `handout` (student versions), `safe_eval`.
+Modules: `bank` (the questions, one JSON file per notebook), `answers` (an answer's canonical form),
+`sealing` (hashed answers, sealed explanations; the `seal` command), `judging` (the one rule that
+judges an answer), `checks` (`check`, `ask`), `reading` (answers from a notebook's text, without
+running it), `grading` (the batch, CSV and feedback), `handout` (student versions), `safe_eval`.
 """
 
 from helpers.quickcheck.checks import ask, check

@@ -1,8 +1,8 @@
-"""The quick-check commands for instructors and bank authors.
+"""The quick-check commands for instructors and bank authors (also `python -m helpers quickcheck ...`).
 
-    python -m helpers.quickcheck student SRC OUT_DIR                    # student versions of SRC's notebooks
-    python -m helpers.quickcheck grade SUBMISSION... [--out grades.csv] [--notebook NN]
-    python -m helpers.quickcheck seal BANK.json...                      # hash the plain answers of a bank file
+python -m helpers.quickcheck student SRC OUT_DIR                    # student versions of SRC's notebooks
+python -m helpers.quickcheck grade SUBMISSION... [--out grades.csv] [--notebook NN]
+python -m helpers.quickcheck seal BANK.json...                      # hash the plain answers of a bank file
 """
 
 from __future__ import annotations
@@ -11,20 +11,34 @@ import argparse
 import sys
 from pathlib import Path
 
+__all__ = ["main"]
+
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m helpers.quickcheck",
-                                     description="Student versions and bulk grading of the notebooks' quick checks.")
+    parser = argparse.ArgumentParser(
+        prog="python -m helpers.quickcheck",
+        description="Student versions and bulk grading of the notebooks' quick checks.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    student = sub.add_parser("student", help="make student versions: solutions removed, answers blank, outputs stripped")
+    student = sub.add_parser(
+        "student", help="make student versions: solutions removed, answers blank, outputs stripped"
+    )
     student.add_argument("src", type=Path, help="a folder of .ipynb files (e.g. notebooks/) or one .ipynb")
     student.add_argument("out", type=Path, help="the folder to write the student versions to (not SRC itself)")
     grade = sub.add_parser("grade", help="grade submitted notebooks without running them")
     grade.add_argument("submissions", nargs="+", type=Path, help=".ipynb files and folders of them")
-    grade.add_argument("--out", type=Path, default=Path("grades.csv"),
-                       help="the CSV to write (default grades.csv); <stem>_feedback/ and <stem>_report.md go next to it")
-    grade.add_argument("--notebook", action="append", metavar="NN",
-                       help="grade this notebook's questions (00 ... 08; repeatable); default: those the files mention")
+    grade.add_argument(
+        "--out",
+        type=Path,
+        default=Path("grades.csv"),
+        help="the CSV to write (default grades.csv); <stem>_feedback/ and <stem>_report.md go next to it",
+    )
+    grade.add_argument(
+        "--notebook",
+        action="append",
+        metavar="NN",
+        help="grade this notebook's questions (00 ... 08; repeatable); default: those the files mention",
+    )
     seal = sub.add_parser("seal", help="replace the plain answers in bank files by hashes (for bank authors)")
     seal.add_argument("banks", nargs="+", type=Path)
     args = parser.parse_args(argv)
@@ -33,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         return _student(args.src, args.out)
     if args.command == "grade":
         return _grade(args.submissions, args.out, args.notebook)
-    from helpers.quickcheck.bank import BankError, seal_file
+    from helpers.quickcheck.bank import BankError
+    from helpers.quickcheck.sealing import seal_file
 
     for path in args.banks:
         try:
@@ -55,8 +70,10 @@ def _student(src: Path, out: Path) -> int:
         return 2
     for path, notes in made:
         print(f"wrote {path}" + "".join(f"\n  {n}" for n in notes))
-    print(f"{len(made)} student version{'s' if len(made) != 1 else ''} in {out}: hand these out "
-          "(outputs stripped, solutions removed, quick checks kept)")
+    print(
+        f"{len(made)} student version{'s' if len(made) != 1 else ''} in {out}: hand these out "
+        "(outputs stripped, solutions removed, quick checks kept)"
+    )
     return 0
 
 
@@ -70,8 +87,10 @@ def _grade(submissions: list[Path], out: Path, notebooks: list[str] | None) -> i
         print(f"error: --notebook {unknown[0]} has no questions; use one of {', '.join(known)}", file=sys.stderr)
         return 2
     if out.is_dir():
-        print(f"error: --out {out} is a folder; give the CSV file to write, e.g. --out {out / 'grades.csv'}",
-              file=sys.stderr)
+        print(
+            f"error: --out {out} is a folder; give the CSV file to write, e.g. --out {out / 'grades.csv'}",
+            file=sys.stderr,
+        )
         return 2
     missing = [p for p in submissions if not p.exists()]
     if missing:
@@ -82,8 +101,9 @@ def _grade(submissions: list[Path], out: Path, notebooks: list[str] | None) -> i
         return 2
     run = grade(submissions, out, notebooks=notebooks)
     n = len(run.submissions)
-    print(f"graded {n} submission{'s' if n != 1 else ''} in {run.seconds:.1f} s "
-          f"({len(run.unreadable)} could not be read)")
+    print(
+        f"graded {n} submission{'s' if n != 1 else ''} in {run.seconds:.1f} s ({len(run.unreadable)} could not be read)"
+    )
     for s in run.unreadable:
         print(f"  could not read {s.path}: {s.reason}")
     print(f"gradebook: {run.csv_path}\nfeedback for each student: {run.feedback_dir}/\nreport: {run.report_path}")

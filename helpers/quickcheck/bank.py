@@ -1,7 +1,7 @@
 """The question bank: one JSON file per notebook in `bank/` (`00.json` ... `08.json`), data, not code.
 
-Every notebook's quick checks (its last section) look their questions up here; the grader does too.
-A question is a JSON object:
+Every notebook's quick checks (the last section of notebooks 00 ... 08) look their questions up here,
+and so do the commands `python -m helpers.quickcheck grade` and `student`. A question is a JSON object:
 
     id            "q04_2": the notebook's number, then the question's
     kind          "choice" (letters), "number", or "property" (a dict of values that must satisfy rules)
@@ -25,26 +25,40 @@ by trying every choice, and the receipts' attempt counts are how an instructor s
 
 To add or change a question, write it with a plain `"answer"` (and plain `"explanation"`), then run
 `python -m helpers.quickcheck seal helpers/quickcheck/bank/NN.json`, which replaces both with the
-hash and the sealed text. The tests fail while a plain answer is left in a bank file.
+hash and the sealed text (`sealing.seal_file`). The tests fail while a plain answer is left in a
+bank file.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import re
 import string
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
+__all__ = [
+    "BANK_DIR",
+    "QUESTION_ID",
+    "BankError",
+    "Question",
+    "Rule",
+    "bank_notebooks",
+    "format_text",
+    "get_question",
+    "load_bank",
+    "normalize_student_id",
+    "notebook_of",
+    "params_for",
+]
+
 BANK_DIR = Path(__file__).with_name("bank")
 QUESTION_ID = re.compile(r"^q(\d\d)_([A-Za-z0-9]+)$")
-KINDS = ("choice", "number", "property")
-FIELD_TYPES = ("int", "number")
-_HASH_SALT = "helpers.quickcheck"
+_KINDS = ("choice", "number", "property")
+_FIELD_TYPES = ("int", "number")
 
 
 class BankError(ValueError):
@@ -102,7 +116,7 @@ def notebook_of(question_id: str) -> str:
     return m.group(1)
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_bank(notebook: str, folder: Path = BANK_DIR) -> tuple[Question, ...]:
     """The questions of one notebook ("00" ... "08"), in bank order; empty if it has no bank file."""
     path = Path(folder) / f"{notebook}.json"
@@ -160,59 +174,6 @@ def format_text(template: str, values: dict) -> str:
     return template.format_map(shown) if values else template
 
 
-def answer_hash(question_id: str, canonical: str) -> str:
-    """The salted hash stored for a normalized answer (see `judging.canonical`)."""
-    return hashlib.sha256(f"{_HASH_SALT}:{question_id}:{canonical}".encode()).hexdigest()
-
-
-def seal_text(question_id: str, canonical: str, text: str) -> str:
-    """Encrypt `text` with a key made from the right answer; `unseal_text` with that answer reverses it."""
-    data = text.encode()
-    return base64.b64encode(bytes(a ^ b for a, b in zip(data, _keystream(question_id, canonical, len(data))))).decode()
-
-
-def unseal_text(question_id: str, canonical: str, sealed: str) -> str:
-    data = base64.b64decode(sealed)
-    plain = bytes(a ^ b for a, b in zip(data, _keystream(question_id, canonical, len(data))))
-    return plain.decode("utf-8", errors="replace")
-
-
-def _keystream(question_id: str, canonical: str, n: int) -> bytes:
-    out, block = b"", 0
-    while len(out) < n:
-        out += hashlib.sha256(f"{_HASH_SALT}:explain:{question_id}:{canonical}:{block}".encode()).digest()
-        block += 1
-    return out[:n]
-
-
-def seal_file(path: Path) -> list[str]:
-    """Replace every plain "answer" (and its "explanation") in a bank file by a hash and sealed text.
-
-    Returns the ids it sealed. Questions with params keep their formula: they have no single answer.
-    """
-    from helpers.quickcheck.judging import canonical_for_sealing
-
-    path = Path(path)
-    data = json.loads(path.read_text(encoding="utf-8"))
-    sealed = []
-    for raw in data.get("questions", []):
-        if "answer" not in raw:
-            continue
-        qid = raw.get("id", "?")
-        if raw.get("params"):
-            raise BankError(f"{path}: {qid} has params, so each student's answer differs: "
-                            f'remove "answer" and give "expect" (number) or "rules" (property)')
-        canonical = canonical_for_sealing(raw)
-        raw["answer_sha256"] = answer_hash(qid, canonical)
-        if raw.get("explanation"):
-            raw["explanation_sealed"] = seal_text(qid, canonical, raw.pop("explanation"))
-        del raw["answer"]
-        sealed.append(qid)
-    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    load_bank.cache_clear()
-    return sealed
-
-
 def _question(raw: Any, path: Path, notebook: str) -> Question:
     where = f"{path}: question {raw.get('id', '?') if isinstance(raw, dict) else raw!r}"
     if not isinstance(raw, dict):
@@ -223,8 +184,8 @@ def _question(raw: Any, path: Path, notebook: str) -> Question:
     if not QUESTION_ID.match(str(qid)) or notebook_of(qid) != notebook:
         raise BankError(f"{where}: the id must look like q{notebook}_1 (this file is notebook {notebook})")
     kind = raw.get("kind")
-    if kind not in KINDS:
-        raise BankError(f"{where}: kind {kind!r} is not one of {KINDS}")
+    if kind not in _KINDS:
+        raise BankError(f"{where}: kind {kind!r} is not one of {_KINDS}")
     for key in ("prompt", "hint"):
         if not isinstance(raw.get(key), str) or not raw[key].strip():
             raise BankError(f"{where}: needs a non-empty {key!r} text")
@@ -263,6 +224,6 @@ def _kind_problem(q: Question) -> str:
     elif q.kind == "property":
         if not q.fields or not q.rules:
             return 'a property question needs "fields" and "rules"'
-        if any(t not in FIELD_TYPES for t in q.fields.values()):
-            return f'"fields" types must be one of {FIELD_TYPES}'
+        if any(t not in _FIELD_TYPES for t in q.fields.values()):
+            return f'"fields" types must be one of {_FIELD_TYPES}'
     return ""

@@ -18,12 +18,14 @@ from __future__ import annotations
 import html
 import importlib.util
 import os
-import sys
 from typing import Any
 
+from helpers._util import ipython_shell
 from helpers.quickcheck import reading
 from helpers.quickcheck.bank import Question, format_text, get_question, normalize_student_id, params_for
 from helpers.quickcheck.judging import CORRECT, INVALID, NEEDS_ID, UNANSWERED, Verdict, format_receipt, judge
+
+__all__ = ["ask", "check"]
 
 # the distinct answers tried per question in this kernel: an attempt is a new answer, not a re-run
 _tried: dict[tuple[str, str], list[str]] = {}
@@ -43,11 +45,11 @@ def check(question_id: str, answer: Any, student_id: Any = None) -> None:
     """
     q = get_question(question_id)
     verdict = judge(q, answer, student_id)
-    attempt = record_attempt(verdict, student_id)
-    lines = [describe_question(q, student_id), "", feedback_line(verdict)]
+    attempt = _record_attempt(verdict, student_id)
+    lines = [_describe_question(q, student_id), "", _feedback_line(verdict)]
     if verdict.counts_as_attempt:
         lines.append(format_receipt(verdict, attempt))
-    lines += [f"Note: {w}" for w in grader_view_warnings(q, answer, verdict, student_id)]
+    lines += [f"Note: {w}" for w in _grader_view_warnings(q, answer, verdict, student_id)]
     print("\n".join(lines))
 
 
@@ -65,17 +67,17 @@ def ask(question_id: str, *, student_id: Any = None, widget: bool | None = None)
         >>> ask("q04_2")  # doctest: +SKIP
     """
     q = get_question(question_id)
-    use_widget = widgets_available() if widget is None else widget
+    use_widget = _widgets_available() if widget is None else widget
     if q.kind != "choice" or not use_widget:
-        print(describe_question(q, student_id))
-        print(f"\nAnswer in the cell: {q.variable} = ..., then check(\"{q.id}\", {q.variable}).")
+        print(_describe_question(q, student_id))
+        print(f'\nAnswer in the cell: {q.variable} = ..., then check("{q.id}", {q.variable}).')
         return
     from IPython.display import display
 
-    display(choice_widget(q))
+    display(_choice_widget(q))
 
 
-def describe_question(q: Question, student_id: Any = None) -> str:
+def _describe_question(q: Question, student_id: Any = None) -> str:
     """The question as text: header, prompt with this student's numbers, choices, how to answer."""
     points = f"{q.points:g} point{'s' if q.points != 1 else ''}"
     lines = [f"Quick check {q.id} ({points})"]
@@ -87,7 +89,7 @@ def describe_question(q: Question, student_id: Any = None) -> str:
     return "\n".join(lines)
 
 
-def feedback_line(verdict: Verdict) -> str:
+def _feedback_line(verdict: Verdict) -> str:
     if verdict.status == CORRECT:
         return f"✓ Correct. {verdict.message}"
     if verdict.status in (UNANSWERED, NEEDS_ID):
@@ -97,7 +99,7 @@ def feedback_line(verdict: Verdict) -> str:
     return f"✗ Not yet. Hint: {verdict.message}"
 
 
-def record_attempt(verdict: Verdict, student_id: Any = None) -> int:
+def _record_attempt(verdict: Verdict, student_id: Any = None) -> int:
     """Count a new answer to this question in this kernel; return how many different answers were tried.
 
     Running the cell again with the same answer is not a new attempt; a restarted runtime starts at 0.
@@ -108,7 +110,7 @@ def record_attempt(verdict: Verdict, student_id: Any = None) -> int:
     return len(tried)
 
 
-def grader_view_warnings(q: Question, answer: Any, verdict: Verdict, student_id: Any) -> list[str]:
+def _grader_view_warnings(q: Question, answer: Any, verdict: Verdict, student_id: Any) -> list[str]:
     """Warn when the grader, reading this notebook's text, would see a different answer or id.
 
     Inside IPython the text is the cells run so far (`In`); elsewhere there is nothing to compare.
@@ -120,30 +122,36 @@ def grader_view_warnings(q: Question, answer: Any, verdict: Verdict, student_id:
     warnings = []
     seen = reading.find_answer(found, q.id)
     if seen.value is reading.MISSING:
-        warnings.append(f"the grader reads answers from the notebook's text and will not find this one "
-                        f"({seen.problem}). Keep your answer in the line `{q.variable} = ...`.")
+        warnings.append(
+            f"the grader reads answers from the notebook's text and will not find this one "
+            f"({seen.problem}). Keep your answer in the line `{q.variable} = ...`."
+        )
     elif verdict.canonical is not None:
         graded = judge(q, seen.value, student_id)
         if graded.canonical != verdict.canonical:
-            warnings.append(f"the {q.variable} line in your notebook's text differs from the answer just checked; "
-                            "the grader reads the text: run the cell that sets it again.")
+            warnings.append(
+                f"the {q.variable} line in your notebook's text differs from the answer just checked; "
+                "the grader reads the text: run the cell that sets it again."
+            )
     if q.personal and verdict.status != NEEDS_ID:
         written, _ = reading.find_student_id(found)
         if normalize_student_id(written) != normalize_student_id(student_id):
-            warnings.append("the grader reads your id from the line `student_id = \"...\"`, and it holds a "
-                            "different one: write your id there, in quotes, and run that cell.")
+            warnings.append(
+                'the grader reads your id from the line `student_id = "..."`, and it holds a '
+                "different one: write your id there, in quotes, and run that cell."
+            )
     return warnings
 
 
-def widgets_available() -> bool:
+def _widgets_available() -> bool:
     """True in a notebook front end that renders ipywidgets (Colab, Jupyter); False on Kaggle or headless."""
     if os.environ.get("KAGGLE_KERNEL_RUN_TYPE") or importlib.util.find_spec("ipywidgets") is None:
         return False
-    shell = _ipython()
+    shell = ipython_shell()
     return shell is not None and type(shell).__name__ in ("ZMQInteractiveShell", "Shell")  # Shell: Colab's
 
 
-def choice_widget(q: Question):
+def _choice_widget(q: Question):
     """The ipywidgets UI for one choice question: choices, a Check button, and the feedback."""
     import ipywidgets as w
 
@@ -165,12 +173,14 @@ def choice_widget(q: Question):
 
     def on_click(_):
         verdict = judge(q, selected())
-        attempt = record_attempt(verdict)
-        text = feedback_line(verdict)
+        attempt = _record_attempt(verdict)
+        text = _feedback_line(verdict)
         if verdict.counts_as_attempt:
             text += f"\n{format_receipt(verdict, attempt)}"
-        text += (f"\nPractice only: to hand it in, write your letter{'s' if q.multiple else ''} in "
-                 f"{q.variable} = ... in the next cell and run it.")
+        text += (
+            f"\nPractice only: to hand it in, write your letter{'s' if q.multiple else ''} in "
+            f"{q.variable} = ... in the next cell and run it."
+        )
         feedback.value = f"<pre style='white-space: pre-wrap'>{html.escape(text)}</pre>"
 
     button.on_click(on_click)
@@ -178,15 +188,7 @@ def choice_widget(q: Question):
     return w.VBox([header, picker, button, feedback])
 
 
-def _ipython():
-    if "IPython" not in sys.modules:
-        return None
-    from IPython import get_ipython
-
-    return get_ipython()
-
-
 def _input_history() -> list[str] | None:
-    shell = _ipython()
+    shell = ipython_shell()
     history = getattr(shell, "user_ns", {}).get("In") if shell is not None else None
     return [h for h in history if isinstance(h, str)] if isinstance(history, list) else None

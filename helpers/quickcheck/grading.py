@@ -14,6 +14,9 @@ is in; one bad file never stops the batch. Next to the CSV it writes:
 Which questions: those of the notebooks a submission's cells mention (q04_* -> notebook 04), or
 `notebooks=["04"]` to fix them. A submission whose quick-check cells were all deleted is graded
 on the batch's notebooks and gets zeros with a note.
+
+Longer than 400 lines because one pass over the submissions writes the rows, the feedback files
+and the report together: a file that is read once can't disagree with itself across outputs.
 """
 
 from __future__ import annotations
@@ -27,6 +30,20 @@ from pathlib import Path
 from helpers.quickcheck import reading
 from helpers.quickcheck.bank import Question, bank_notebooks, load_bank
 from helpers.quickcheck.judging import CORRECT, INVALID, NEEDS_ID, UNANSWERED, WRONG, judge
+
+__all__ = [
+    "LABELS",
+    "MISSING",
+    "UNREADABLE",
+    "GradeRun",
+    "QuestionGrade",
+    "SubmissionGrade",
+    "collect",
+    "feedback_text",
+    "grade",
+    "grade_submission",
+    "report_text",
+]
 
 UNREADABLE, MISSING = "unreadable", "missing"
 LABELS = {
@@ -124,8 +141,9 @@ def collect(paths: list[str | Path]) -> tuple[list[Path], list[tuple[Path, str]]
     return files, skipped
 
 
-def grade(paths: list[str | Path], out_csv: str | Path = "grades.csv", *,
-          notebooks: list[str] | None = None) -> GradeRun:
+def grade(
+    paths: list[str | Path], out_csv: str | Path = "grades.csv", *, notebooks: list[str] | None = None
+) -> GradeRun:
     """Grade every submission under `paths`; write the CSV, the feedback files and the report.
 
     Args:
@@ -136,7 +154,7 @@ def grade(paths: list[str | Path], out_csv: str | Path = "grades.csv", *,
 
     Example:
         >>> run = grade(["submissions/"], "grades.csv")  # doctest: +SKIP
-        >>> print(run.csv_path, len(run.unreadable))
+        >>> print(run.csv_path, len(run.unreadable))  # doctest: +SKIP
     """
     unknown = [nb for nb in notebooks or [] if nb not in bank_notebooks()]
     if unknown:
@@ -144,16 +162,18 @@ def grade(paths: list[str | Path], out_csv: str | Path = "grades.csv", *,
     start = time.perf_counter()
     files, skipped = collect(paths)
     reads = [_read(f) for f in files]
-    batch = notebooks or sorted({qid[1:3] for r in reads if r.scan for qid in r.scan.question_ids()}
-                                & set(bank_notebooks()))
+    batch = notebooks or sorted(
+        {qid[1:3] for r in reads if r.scan for qid in r.scan.question_ids()} & set(bank_notebooks())
+    )
     results = [_grade(r, batch, fixed=bool(notebooks)) for r in reads]
     _name_feedback_files(results)
     out_csv = Path(out_csv)
     out_csv.parent.mkdir(parents=True, exist_ok=True)
     feedback_dir = out_csv.with_name(f"{out_csv.stem}_feedback")
     report_path = out_csv.with_name(f"{out_csv.stem}_report.md")
-    questions = [q for nb in sorted({nb for s in results for nb in _notebooks_of(s)} | set(batch))
-                 for q in load_bank(nb)]
+    questions = [
+        q for nb in sorted({nb for s in results for nb in _notebooks_of(s)} | set(batch)) for q in load_bank(nb)
+    ]
     _write_csv(results, questions, out_csv)
     feedback_dir.mkdir(exist_ok=True)
     for s in results:
@@ -174,8 +194,11 @@ def feedback_text(s: SubmissionGrade) -> str:
     lines = [f"Quick checks: {s.path.name}"]
     if s.status == "unreadable":
         return "\n".join(lines + ["", f"This file could not be graded: {s.reason}.", ""])
-    lines += [f"Student id: {s.student_id or '(none: set student_id in the notebook)'}",
-              f"Score: {s.total:g} / {s.max_points:g}", ""]
+    lines += [
+        f"Student id: {s.student_id or '(none: set student_id in the notebook)'}",
+        f"Score: {s.total:g} / {s.max_points:g}",
+        "",
+    ]
     for g in s.questions.values():
         lines.append(f"{g.question_id}: {LABELS[g.status]}, {g.points:g}/{g.max_points:g}")
         if g.message:
@@ -191,14 +214,19 @@ def report_text(run: GradeRun, questions: list[Question]) -> str:
     """The instructor's report: what could not be read, problems, ids, and results per question."""
     subs = run.submissions
     damaged = [s for s in subs if s.status == "damaged"]
-    lines = ["# Quick-check grading report", "",
-             f"{len(subs)} submissions in {run.seconds:.1f} s: {len(subs) - len(run.unreadable) - len(damaged)} read, "
-             f"{len(damaged)} damaged but graded, {len(run.unreadable)} could not be read.", ""]
+    lines = [
+        "# Quick-check grading report",
+        "",
+        f"{len(subs)} submissions in {run.seconds:.1f} s: {len(subs) - len(run.unreadable) - len(damaged)} read, "
+        f"{len(damaged)} damaged but graded, {len(run.unreadable)} could not be read.",
+        "",
+    ]
     if run.unreadable:
         lines += [f"## Could not read ({len(run.unreadable)})", ""]
         lines += [f"- `{s.path}`: {s.reason}" for s in run.unreadable] + [""]
-    with_notes = [s for s in subs
-                  if s.status != "unreadable" and (s.notes or any(g.notes for g in s.questions.values()))]
+    with_notes = [
+        s for s in subs if s.status != "unreadable" and (s.notes or any(g.notes for g in s.questions.values()))
+    ]
     if with_notes:
         lines += [f"## Read, with notes ({len(with_notes)})", ""]
         for s in with_notes:
@@ -220,20 +248,27 @@ def report_text(run: GradeRun, questions: list[Question]) -> str:
         if no_id:
             lines.append(f"- no student id ({len(no_id)}): " + ", ".join(f"`{s.path.name}`" for s in no_id))
         for _, group in sorted(shared.items()):
-            lines.append(f"- id `{group[0].student_id}` in {len(group)} submissions: "
-                         + ", ".join(f"`{s.path}`" for s in group))
+            lines.append(
+                f"- id `{group[0].student_id}` in {len(group)} submissions: " + ", ".join(f"`{s.path}`" for s in group)
+            )
         lines.append("")
     if questions and readable:
-        lines += ["## Questions", "", "| question | points | correct | not yet | not answered | other | mean attempts |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
+        lines += [
+            "## Questions",
+            "",
+            "| question | points | correct | not yet | not answered | other | mean attempts |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
         for q in questions:
             grades = [s.questions[q.id] for s in readable if q.id in s.questions]
             count = Counter(g.status for g in grades)
             attempts = [g.attempts for g in grades if g.attempts]
             mean = f"{sum(attempts) / len(attempts):.1f}" if attempts else "-"
             other = len(grades) - count[CORRECT] - count[WRONG] - count[UNANSWERED]
-            lines.append(f"| {q.id} | {q.points:g} | {count[CORRECT]} | {count[WRONG]} | {count[UNANSWERED]} "
-                         f"| {other} | {mean} |")
+            lines.append(
+                f"| {q.id} | {q.points:g} | {count[CORRECT]} | {count[WRONG]} | {count[UNANSWERED]} "
+                f"| {other} | {mean} |"
+            )
         lines.append("")
     return "\n".join(lines)
 
@@ -254,8 +289,9 @@ def _grade(r: _Read, batch: list[str], *, fixed: bool) -> SubmissionGrade:
     try:
         return _grade_scan(r, batch, fixed=fixed)
     except Exception as e:  # never let one submission stop the batch
-        return SubmissionGrade(r.path, "unreadable",
-                               reason=f"the grader failed on it ({type(e).__name__}: {e}); please report this file")
+        return SubmissionGrade(
+            r.path, "unreadable", reason=f"the grader failed on it ({type(e).__name__}: {e}); please report this file"
+        )
 
 
 def _grade_scan(r: _Read, batch: list[str], *, fixed: bool) -> SubmissionGrade:
@@ -272,8 +308,10 @@ def _grade_scan(r: _Read, batch: list[str], *, fixed: bool) -> SubmissionGrade:
     known = {q.id for q in questions}
     stray = sorted(qid for qid in mentioned if qid not in known)
     if stray:
-        notes.append(f"mentions {', '.join(stray)}, which {'is' if len(stray) == 1 else 'are'} not among the graded "
-                     "questions (a typo in the id, or another notebook)")
+        notes.append(
+            f"mentions {', '.join(stray)}, which {'is' if len(stray) == 1 else 'are'} not among the graded "
+            "questions (a typo in the id, or another notebook)"
+        )
     student_id, id_problem = reading.find_student_id(scan)
     if id_problem and any(q.personal for q in questions):
         notes.append(id_problem)
@@ -298,8 +336,10 @@ def _grade_question(q: Question, scan: reading.Scan, student_id: str) -> Questio
         message = verdict.message
     result = "correct" if verdict.status == CORRECT else "not yet"
     if verdict.status in (CORRECT, WRONG) and receipts and result not in {r for _, r in receipts}:
-        notes.append(f"graded {LABELS[verdict.status]}, but no receipt in the notebook says so: the answer was "
-                     "edited after its last check, or the notebook was not re-run")
+        notes.append(
+            f"graded {LABELS[verdict.status]}, but no receipt in the notebook says so: the answer was "
+            "edited after its last check, or the notebook was not re-run"
+        )
     return QuestionGrade(q.id, verdict.status, verdict.points, q.points, attempts, message, notes)
 
 
@@ -330,15 +370,29 @@ def _write_csv(results: list[SubmissionGrade], questions: list[Question], path: 
         writer.writerow(header)
         for s in results:
             if s.status == "unreadable":
-                writer.writerow([_cell(str(s.path)), "", "unreadable", *[""] * len(ids), 0, "", *[""] * len(ids),
-                                 _cell(s.reason)])
+                writer.writerow(
+                    [_cell(str(s.path)), "", "unreadable", *[""] * len(ids), 0, "", *[""] * len(ids), _cell(s.reason)]
+                )
                 continue
             points = [_num(s.questions[i].points) if i in s.questions else "" for i in ids]
             attempts = [s.questions[i].attempts if i in s.questions and s.questions[i].attempts else "" for i in ids]
-            problems = [f"{g.question_id} {LABELS[g.status]}" for g in s.questions.values()
-                        if g.status in (UNREADABLE, MISSING, INVALID, NEEDS_ID)]
-            writer.writerow([_cell(str(s.path)), _cell(s.student_id), s.status, *points, _num(s.total),
-                             _num(s.max_points), *attempts, _cell("; ".join(s.notes[:2] + problems))])
+            problems = [
+                f"{g.question_id} {LABELS[g.status]}"
+                for g in s.questions.values()
+                if g.status in (UNREADABLE, MISSING, INVALID, NEEDS_ID)
+            ]
+            writer.writerow(
+                [
+                    _cell(str(s.path)),
+                    _cell(s.student_id),
+                    s.status,
+                    *points,
+                    _num(s.total),
+                    _num(s.max_points),
+                    *attempts,
+                    _cell("; ".join(s.notes[:2] + problems)),
+                ]
+            )
 
 
 def _cell(text: str) -> str:

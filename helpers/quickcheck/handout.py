@@ -24,6 +24,8 @@ from pathlib import Path
 from helpers.quickcheck.bank import QUESTION_ID, get_question
 from helpers.quickcheck.reading import MARKER, STUDENT_ID
 
+__all__ = ["BEGIN", "END", "HandoutError", "student_version", "write_student_versions"]
+
 BEGIN = re.compile(r"^\s*(#+|<!--)\s*BEGIN SOLUTION\b", re.I)
 END = re.compile(r"^\s*(#+|<!--)\s*END SOLUTION\b", re.I)
 
@@ -49,7 +51,9 @@ def student_version(nb: dict, name: str = "notebook") -> tuple[dict, list[str]]:
             notes.append(f"cell {number}: removed {removed} solution block{'s' if removed > 1 else ''}")
         if kind == "code":
             source, blanked = _blank_answers(source)
-            notes += [f"cell {number}: {var} held a value outside the solution markers; set it blank" for var in blanked]
+            notes += [
+                f"cell {number}: {var} held a value outside the solution markers; set it blank" for var in blanked
+            ]
             for qid in MARKER.findall(source):
                 if qid != "student" and not _known(qid):
                     notes.append(f"cell {number}: `# QUICK CHECK {qid}` names no question in the bank")
@@ -73,8 +77,10 @@ def write_student_versions(src: Path, out: Path) -> list[tuple[Path, list[str]]]
     if not paths or not all(p.is_file() for p in paths):
         raise HandoutError(f"no notebooks at {src}: pass a folder of .ipynb files or one .ipynb file")
     if out.resolve() in {p.parent.resolve() for p in paths}:
-        raise HandoutError(f"OUT_DIR {out} is where the notebooks are: the student versions would overwrite "
-                           "your originals; pass another folder, e.g. handout/")
+        raise HandoutError(
+            f"OUT_DIR {out} is where the notebooks are: the student versions would overwrite "
+            "your originals; pass another folder, e.g. handout/"
+        )
     made = []
     for path in paths:
         try:
@@ -95,8 +101,10 @@ def _remove_solutions(source: str, kind: str | None, where: str) -> tuple[str, i
     for i, line in enumerate(lines, 1):
         if BEGIN.match(line):
             if block is not None:
-                raise HandoutError(f"{where}, line {i}: BEGIN SOLUTION inside the block opened at line {start}; "
-                                   "close the first one with # END SOLUTION")
+                raise HandoutError(
+                    f"{where}, line {i}: BEGIN SOLUTION inside the block opened at line {start}; "
+                    "close the first one with # END SOLUTION"
+                )
             block, start = [], i
             indent = line[: len(line) - len(line.lstrip())]
         elif END.match(line):
@@ -109,8 +117,10 @@ def _remove_solutions(source: str, kind: str | None, where: str) -> tuple[str, i
         else:
             kept.append(line)
     if block is not None:
-        raise HandoutError(f"{where}, line {start}: BEGIN SOLUTION has no END SOLUTION; add one where the "
-                           "solution ends (nothing was written for this notebook)")
+        raise HandoutError(
+            f"{where}, line {start}: BEGIN SOLUTION has no END SOLUTION; add one where the "
+            "solution ends (nothing was written for this notebook)"
+        )
     return "".join(kept), removed
 
 
@@ -131,7 +141,7 @@ def _placeholder(block: str, kind: str | None, indent: str) -> list[str]:
 
 
 def _dedent(block: str, indent: str) -> str:
-    return "".join(line[len(indent):] if line.startswith(indent) else line for line in block.splitlines(True))
+    return "".join(line[len(indent) :] if line.startswith(indent) else line for line in block.splitlines(True))
 
 
 def _blank_answers(source: str) -> tuple[str, list[str]]:
@@ -156,7 +166,7 @@ def _blank_answers(source: str) -> tuple[str, list[str]]:
         first, last = value.lineno - 1, value.end_lineno - 1
         head = _byte_prefix(lines[first], value.col_offset)
         tail = _byte_suffix(lines[last], value.end_col_offset)
-        lines[first:last + 1] = [head + blank + tail]
+        lines[first : last + 1] = [head + blank + tail]
         blanked.append(names[0])
     return "".join(lines), sorted(blanked)
 

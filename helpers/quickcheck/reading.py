@@ -1,6 +1,7 @@
 """Read a submitted notebook's answers from the text of its cells, without running any of it.
 
-The grader (and `check()`, to warn when the grader would read something else) uses this module:
+`python -m helpers.quickcheck grade` uses this module (and so does `check()` in notebooks 00 ... 08,
+to warn when the grader would read something else):
 
 1. `load_cells` turns a file into code cells, or raises `NotANotebook` with the reason and the fix.
    Damaged JSON (a cut-off upload, a stray edit) is salvaged: the cells before the damage are kept.
@@ -28,11 +29,33 @@ from typing import Any
 from helpers.quickcheck.judging import RECEIPT
 from helpers.quickcheck.safe_eval import Unreadable, read_value
 
+__all__ = [
+    "MARKER",
+    "MISSING",
+    "STUDENT_ID",
+    "Assignment",
+    "Cell",
+    "CheckCall",
+    "Found",
+    "NotANotebook",
+    "Scan",
+    "find_answer",
+    "find_student_id",
+    "load_cells",
+    "parse_notebook",
+    "scan",
+]
+
 MARKER = re.compile(r"^\s*#\s*QUICK CHECK\s+(\S+)", re.I | re.M)
 STUDENT_ID = "student_id"
 _MAGIC = re.compile(r"^(\s*)([%!].*|[\w.]+\?\??\s*)$")  # %time, !pip, obj? (IPython, not Python)
-_BINARY = {b"%PDF": "a PDF", b"PK\x03\x04": "a zip archive", b"\x89PNG": "a PNG image", b"\xff\xd8\xff": "a JPEG image",
-           b"\xd0\xcf\x11\xe0": "an old Office document"}
+_BINARY = {
+    b"%PDF": "a PDF",
+    b"PK\x03\x04": "a zip archive",
+    b"\x89PNG": "a PNG image",
+    b"\xff\xd8\xff": "a JPEG image",
+    b"\xd0\xcf\x11\xe0": "an old Office document",
+}
 MISSING = object()
 
 
@@ -90,7 +113,7 @@ class Scan:
     def question_ids(self) -> set[str]:
         """Every question id the notebook mentions: markers, check calls, answer_q.. variables."""
         ids = set(self.markers) | set(self.calls)
-        ids |= {name[len("answer_"):] for name in self.assignments if name.startswith("answer_q")}
+        ids |= {name[len("answer_") :] for name in self.assignments if name.startswith("answer_q")}
         return {i for i in ids if re.fullmatch(r"q\d\d_[A-Za-z0-9]+", i)}
 
 
@@ -116,24 +139,29 @@ def load_cells(path: Path) -> tuple[list[Cell], list[str]]:
 def parse_notebook(data: bytes) -> tuple[list[Cell], list[str]]:
     """`load_cells` for bytes already read."""
     if not data.strip():
-        raise NotANotebook("the file is empty: download the notebook again (File > Download > Download .ipynb) "
-                           "and submit that file")
+        raise NotANotebook(
+            "the file is empty: download the notebook again (File > Download > Download .ipynb) and submit that file"
+        )
     for magic, what in _BINARY.items():
         if data.startswith(magic):
-            raise NotANotebook(f"it is {what}, not a notebook: submit the .ipynb file "
-                               "(Colab: File > Download > Download .ipynb)")
+            raise NotANotebook(
+                f"it is {what}, not a notebook: submit the .ipynb file (Colab: File > Download > Download .ipynb)"
+            )
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise NotANotebook("it is not text (a binary file); submit the .ipynb file") from None
     head = text.lstrip()[:200].lower()
     if head.startswith("<"):
-        raise NotANotebook("it is an HTML page (a notebook exported or saved from the browser), not the .ipynb: "
-                           "in Colab use File > Download > Download .ipynb")
+        raise NotANotebook(
+            "it is an HTML page (a notebook exported or saved from the browser), not the .ipynb: "
+            "in Colab use File > Download > Download .ipynb"
+        )
     if not head.startswith(("{", "[")):
         kind = "a Python script" if re.search(r"^\s*(#|import |from |def |print\()", head) else "plain text"
-        raise NotANotebook(f"it is {kind}, not a notebook (.ipynb files are JSON starting with '{{'): "
-                           "submit the .ipynb file")
+        raise NotANotebook(
+            f"it is {kind}, not a notebook (.ipynb files are JSON starting with '{{'): submit the .ipynb file"
+        )
     try:
         nb = json.loads(text)
     except json.JSONDecodeError as e:
@@ -176,8 +204,11 @@ def find_answer(found: Scan, question_id: str) -> Found:
             return Found(value, call.cell, problem)
     assigns = found.assignments.get(variable, [])
     if not assigns:
-        why = (f"the cell that sets {variable} is missing (deleted?)" if variable.startswith("answer_")
-               else f'check("{question_id}", {variable}) is called, but {variable} is never set in the notebook')
+        why = (
+            f"the cell that sets {variable} is missing (deleted?)"
+            if variable.startswith("answer_")
+            else f'check("{question_id}", {variable}) is called, but {variable} is never set in the notebook'
+        )
         return Found(problem=why)
     answered = [a for a in assigns if a.problem or not _is_none(a.node)]
     if not answered:
@@ -228,8 +259,11 @@ def _cells_of(nb: Any) -> list[Cell]:
 def _salvage(text: str, error: json.JSONDecodeError) -> tuple[list[Cell], list[str]]:
     """Keep the complete cells before the damage; NotANotebook when there are none."""
     cut_off = not text.rstrip().endswith(("}", "]"))  # a whole notebook ends with its closing brace
-    why = (f"the file is cut off after {len(text.encode())} bytes (an interrupted upload or download)" if cut_off
-           else f"invalid JSON at line {error.lineno}, column {error.colno} ({error.msg})")
+    why = (
+        f"the file is cut off after {len(text.encode())} bytes (an interrupted upload or download)"
+        if cut_off
+        else f"invalid JSON at line {error.lineno}, column {error.colno} ({error.msg})"
+    )
     start = re.search(r'"cells"\s*:\s*\[', text)
     raw_cells, decoder = [], json.JSONDecoder()
     if start:
@@ -301,7 +335,8 @@ def _parse_source(source: str) -> tuple[ast.Module | None, str]:
                 ast.increment_lineno(stmt, number - 1)
             body += stmts
         return ast.Module(body=body, type_ignores=[]), (
-            f"has a syntax error (line {e.lineno}: {e.msg}), so it never ran; its other lines were read one by one")
+            f"has a syntax error (line {e.lineno}: {e.msg}), so it never ran; its other lines were read one by one"
+        )
     except (RecursionError, MemoryError, ValueError):
         return None, "could not be parsed (too large or nested too deeply)"
 
@@ -315,8 +350,12 @@ def _collect(stmt: ast.stmt, cell: int, found: Scan, *, top_level: bool) -> None
             if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
                 for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
                     if isinstance(target, ast.Name) and (target.id.startswith("answer_") or target.id == STUDENT_ID):
-                        add(target.id, None, "it is set inside an indented block (if/for/def/with); "
-                                             "the grader reads top-level lines only")
+                        add(
+                            target.id,
+                            None,
+                            "it is set inside an indented block (if/for/def/with); "
+                            "the grader reads top-level lines only",
+                        )
         return
     if isinstance(stmt, ast.Assign):
         for target in stmt.targets:
@@ -350,8 +389,9 @@ def _collect_calls(node: ast.expr, cell: int, found: Scan) -> None:
         return
     first = node.args[0]
     if isinstance(first, ast.Constant) and isinstance(first.value, str):
-        answer = node.args[1] if len(node.args) > 1 else next(
-            (k.value for k in node.keywords if k.arg == "answer"), None)
+        answer = (
+            node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "answer"), None)
+        )
         found.calls.setdefault(first.value, []).append(CheckCall(cell, node.lineno, answer))
 
 

@@ -2,13 +2,14 @@
 
 Two readers share one walker:
 
-- `read_value` reads a student's answer from the text of a cell, for the grader: literals
+- `read_value` reads a student's answer from the text of a cell, for the grader
+  (`python -m helpers.quickcheck grade`, and `check()`'s warnings in notebooks 00 ... 08): literals
   (`"b"`, `16`, `None`), arithmetic on numbers (`24 / 0.52`), lists, and dicts
   (`{"per_device_batch": 4}` or `dict(per_device_batch=4)`). A name or a call is refused,
   because its value only exists in the student's kernel.
-- `evaluate` computes the bank's per-student expressions (`memory_gb / 0.52`,
-  `per_device_batch * grad_accum_steps * num_devices == target`) over the names it is given,
-  with comparisons, `and` / `or` / `not` and abs, min, max, round.
+- `evaluate` computes the bank's per-student expressions for `judging` (so for every `check()`
+  and `grade`): `memory_gb / 0.52`, `per_device_batch * grad_accum_steps * num_devices == target`
+  over the names it is given, with comparisons, `and` / `or` / `not` and abs, min, max, round.
 
 Whatever is refused raises `Unreadable`, whose message completes "the answer ..." with what was
 found ("calls float(), which only runs in the notebook: write the value itself"); the grader
@@ -19,8 +20,11 @@ from __future__ import annotations
 
 import ast
 import operator
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any
+
+__all__ = ["Unreadable", "evaluate", "read_value"]
 
 _ARITHMETIC = {
     ast.Add: operator.add,
@@ -41,8 +45,8 @@ _COMPARISONS = {
 }
 _FUNCTIONS = {"abs": abs, "min": min, "max": max, "round": round}
 # bounds that keep a hostile cell (`9 ** 9 ** 9`) from eating the grader's memory or time
-MAX_EXPONENT = 64
-MAX_INT = 10**30
+_MAX_EXPONENT = 64
+_MAX_INT = 10**30
 
 
 class Unreadable(ValueError):
@@ -88,33 +92,14 @@ def _parse(text: str) -> ast.expr:
 
 
 def _walk(node: ast.expr, names: Mapping[str, Any] | None) -> Any:
+    """The value of `node`; names (and comparisons, and/or/not, functions) only when `names` is given."""
     with_names = names is not None
     if isinstance(node, ast.Constant):
-        if node.value is None or isinstance(node.value, (bool, int, float, str)):
-            return node.value
-        if node.value is Ellipsis:
-            raise Unreadable("still has ... where a value goes")
-        raise Unreadable(f"is a {type(node.value).__name__} literal")
+        return _constant(node)
     if isinstance(node, ast.UnaryOp):
-        value = _walk(node.operand, names)
-        if isinstance(node.op, ast.Not) and with_names:
-            return not value
-        if isinstance(node.op, (ast.USub, ast.UAdd)) and _is_number(value):
-            return -value if isinstance(node.op, ast.USub) else value
-        raise Unreadable(f"applies {_op_text(node.op)} to {type(value).__name__}")
+        return _unary(node.op, _walk(node.operand, names), with_names)
     if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
-        left, right = _walk(node.left, names), _walk(node.right, names)
-        if not (_is_number(left) and _is_number(right)):
-            raise Unreadable(f"does arithmetic on {type(left).__name__} and {type(right).__name__}")
-        if isinstance(node.op, ast.Pow) and abs(right) > MAX_EXPONENT:
-            raise Unreadable(f"has an exponent above {MAX_EXPONENT}")
-        try:
-            result = _ARITHMETIC[type(node.op)](left, right)
-        except (ZeroDivisionError, OverflowError) as e:
-            raise Unreadable(f"does arithmetic that fails ({e})") from None
-        if isinstance(result, complex) or (isinstance(result, int) and abs(result) > MAX_INT):
-            raise Unreadable("gives a number out of range")
-        return result
+        return _arithmetic(node.op, _walk(node.left, names), _walk(node.right, names))
     if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
         return [_walk(e, names) for e in node.elts]
     if isinstance(node, ast.Dict):
@@ -125,37 +110,80 @@ def _walk(node: ast.expr, names: Mapping[str, Any] | None) -> Any:
             raise Unreadable("has dict keys that are not strings")
         return dict(zip(keys, (_walk(v, names) for v in node.values)))
     if isinstance(node, ast.Call):
-        func = ast.unparse(node.func)
-        if func == "dict" and not node.args and all(k.arg for k in node.keywords):
-            return {k.arg: _walk(k.value, names) for k in node.keywords}
-        if with_names and func in _FUNCTIONS and not node.keywords:
-            return _FUNCTIONS[func](*(_walk(a, names) for a in node.args))
-        raise Unreadable(f"calls {func}(), which only runs in the notebook: write the value itself")
+        return _call(node, names)
     if isinstance(node, ast.Name):
         if with_names and node.id in names:
             return names[node.id]
-        raise Unreadable(f"uses the name {node.id}, whose value only exists while the notebook runs: "
-                         "write the value itself")
+        raise Unreadable(
+            f"uses the name {node.id}, whose value only exists while the notebook runs: write the value itself"
+        )
     if isinstance(node, ast.Compare) and with_names:
-        left = _walk(node.left, names)
-        for op, right_node in zip(node.ops, node.comparators):
-            right = _walk(right_node, names)
-            if type(op) not in _COMPARISONS:
-                raise Unreadable(f"uses the comparison {_op_text(op)}")
-            if not _COMPARISONS[type(op)](left, right):
-                return False
-            left = right
-        return True
+        return _compare(node, names)
     if isinstance(node, ast.BoolOp) and with_names:
-        is_and = isinstance(node.op, ast.And)
-        for value_node in node.values:
-            value = _walk(value_node, names)
-            if bool(value) is not is_and:  # short-circuit like Python
-                return value
-        return value
+        return _bool_op(node, names)
     if isinstance(node, ast.JoinedStr):
         raise Unreadable("is an f-string, which only runs in the notebook: write the value itself")
     raise Unreadable(f"is a {type(node).__name__} expression ({ast.unparse(node)[:40]}), not a value")
+
+
+def _constant(node: ast.Constant) -> Any:
+    if node.value is None or isinstance(node.value, (bool, int, float, str)):
+        return node.value
+    if node.value is Ellipsis:
+        raise Unreadable("still has ... where a value goes")
+    raise Unreadable(f"is a {type(node.value).__name__} literal")
+
+
+def _unary(op: ast.unaryop, value: Any, with_names: bool) -> Any:
+    if isinstance(op, ast.Not) and with_names:
+        return not value
+    if isinstance(op, (ast.USub, ast.UAdd)) and _is_number(value):
+        return -value if isinstance(op, ast.USub) else value
+    raise Unreadable(f"applies {_op_text(op)} to {type(value).__name__}")
+
+
+def _arithmetic(op: ast.operator, left: Any, right: Any) -> Any:
+    if not (_is_number(left) and _is_number(right)):
+        raise Unreadable(f"does arithmetic on {type(left).__name__} and {type(right).__name__}")
+    if isinstance(op, ast.Pow) and abs(right) > _MAX_EXPONENT:
+        raise Unreadable(f"has an exponent above {_MAX_EXPONENT}")
+    try:
+        result = _ARITHMETIC[type(op)](left, right)
+    except (ZeroDivisionError, OverflowError) as e:
+        raise Unreadable(f"does arithmetic that fails ({e})") from None
+    if isinstance(result, complex) or (isinstance(result, int) and abs(result) > _MAX_INT):
+        raise Unreadable("gives a number out of range")
+    return result
+
+
+def _call(node: ast.Call, names: Mapping[str, Any] | None) -> Any:
+    func = ast.unparse(node.func)
+    if func == "dict" and not node.args and all(k.arg for k in node.keywords):
+        return {k.arg: _walk(k.value, names) for k in node.keywords}
+    if names is not None and func in _FUNCTIONS and not node.keywords:
+        return _FUNCTIONS[func](*(_walk(a, names) for a in node.args))
+    raise Unreadable(f"calls {func}(), which only runs in the notebook: write the value itself")
+
+
+def _compare(node: ast.Compare, names: Mapping[str, Any]) -> bool:
+    left = _walk(node.left, names)
+    for op, right_node in zip(node.ops, node.comparators):
+        right = _walk(right_node, names)
+        if type(op) not in _COMPARISONS:
+            raise Unreadable(f"uses the comparison {_op_text(op)}")
+        if not _COMPARISONS[type(op)](left, right):
+            return False
+        left = right
+    return True
+
+
+def _bool_op(node: ast.BoolOp, names: Mapping[str, Any]) -> Any:
+    is_and = isinstance(node.op, ast.And)
+    for value_node in node.values:
+        value = _walk(value_node, names)
+        if bool(value) is not is_and:  # short-circuit like Python
+            return value
+    return value
 
 
 def _is_number(value: Any) -> bool:

@@ -17,7 +17,12 @@
 # %% tags=["install"]
 # Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
 # nothing happens where the kit is installed already (a clone set up with `make`, or a second run).
-import importlib.metadata as metadata, os, socket, subprocess, sys, tempfile
+import importlib.metadata as metadata
+import os
+import socket
+import subprocess
+import sys
+import tempfile
 
 if not any(metadata.distributions(name="compute-realities-kit")):
     repo, branch = "compute-realities/finetune-kit", "main"
@@ -25,14 +30,16 @@ if not any(metadata.distributions(name="compute-realities-kit")):
         try:
             socket.create_connection(("github.com", 443), timeout=5).close()
         except OSError:
-            raise RuntimeError("This Kaggle session has no internet. Open Settings > Internet, switch it On "
-                               "(it needs a phone-verified account), then run this cell again.") from None
+            raise RuntimeError(
+                "This Kaggle session has no internet. Open Settings > Internet, switch it On "
+                "(it needs a phone-verified account), then run this cell again."
+            ) from None
     runtime_pins = os.path.join(tempfile.mkdtemp(), "runtime-pins.txt")  # pip may not replace the runtime's torch
     with open(runtime_pins, "w") as f:
         f.writelines(f"torch=={d.version}\n" for d in metadata.distributions(name="torch"))
-    pip = [sys.executable, "-m", "pip", "install", "--retries", "1",
-           "-c", f"https://raw.githubusercontent.com/{repo}/{branch}/requirements.txt", "-c", runtime_pins,
-           f"git+https://github.com/{repo}.git@{branch}"]
+    pins = f"https://raw.githubusercontent.com/{repo}/{branch}/requirements.txt"
+    pip = [sys.executable, "-m", "pip", "install", "--retries", "1", "-c", pins, "-c", runtime_pins]
+    pip.append(f"git+https://github.com/{repo}.git@{branch}")
     print(f"Installing the kit from github.com/{repo} ...")
     done = subprocess.run(pip, capture_output=True, text=True)  # pip's output only if it fails
     if done.returncode != 0:
@@ -128,8 +135,13 @@ import torch
 
 w = torch.randn(4096, 4096)  # one projection of a 7B model: 16.8M parameters
 packed, state = bnb_functional.quantize_4bit(w, quant_type="nf4", compress_statistics=True)
-nf4_bytes = (packed.nbytes + state.absmax.nbytes + state.code.nbytes  # 4-bit codes, per-block scales
-             + state.state2.absmax.nbytes + state.state2.code.nbytes)  # the scales' own scales
+nf4_bytes = (
+    packed.nbytes
+    + state.absmax.nbytes
+    + state.code.nbytes  # 4-bit codes, per-block scales
+    + state.state2.absmax.nbytes
+    + state.state2.code.nbytes
+)  # the scales' own scales
 bytes_per_param = {
     "fp32": w.nbytes / w.numel(),
     "bf16": w.to(torch.bfloat16).nbytes / w.numel(),
@@ -191,8 +203,10 @@ model, tokenizer = load_model(model_id, smoke=smoke)
 n_params = sum(p.numel() for p in model.parameters())
 weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
 name = "the embedded tiny model" if is_embedded(model) else model_id
-print(f"{name}: {n_params:,} parameters, {weight_bytes / 2**20:.2f} MiB of weights "
-      f"({weight_bytes / n_params:.1f} bytes per parameter in {model.dtype})")
+print(
+    f"{name}: {n_params:,} parameters, {weight_bytes / 2**20:.2f} MiB of weights "
+    f"({weight_bytes / n_params:.1f} bytes per parameter in {model.dtype})"
+)
 helpers.record("model", "embedded" if is_embedded(model) else model_id)
 helpers.record("model_params", n_params)
 

@@ -15,7 +15,12 @@
 # %% tags=["install"]
 # Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
 # nothing happens where the kit is installed already (a clone set up with `make`, or a second run).
-import importlib.metadata as metadata, os, socket, subprocess, sys, tempfile
+import importlib.metadata as metadata
+import os
+import socket
+import subprocess
+import sys
+import tempfile
 
 if not any(metadata.distributions(name="compute-realities-kit")):
     repo, branch = "compute-realities/finetune-kit", "main"
@@ -23,14 +28,16 @@ if not any(metadata.distributions(name="compute-realities-kit")):
         try:
             socket.create_connection(("github.com", 443), timeout=5).close()
         except OSError:
-            raise RuntimeError("This Kaggle session has no internet. Open Settings > Internet, switch it On "
-                               "(it needs a phone-verified account), then run this cell again.") from None
+            raise RuntimeError(
+                "This Kaggle session has no internet. Open Settings > Internet, switch it On "
+                "(it needs a phone-verified account), then run this cell again."
+            ) from None
     runtime_pins = os.path.join(tempfile.mkdtemp(), "runtime-pins.txt")  # pip may not replace the runtime's torch
     with open(runtime_pins, "w") as f:
         f.writelines(f"torch=={d.version}\n" for d in metadata.distributions(name="torch"))
-    pip = [sys.executable, "-m", "pip", "install", "--retries", "1",
-           "-c", f"https://raw.githubusercontent.com/{repo}/{branch}/requirements.txt", "-c", runtime_pins,
-           f"git+https://github.com/{repo}.git@{branch}"]
+    pins = f"https://raw.githubusercontent.com/{repo}/{branch}/requirements.txt"
+    pip = [sys.executable, "-m", "pip", "install", "--retries", "1", "-c", pins, "-c", runtime_pins]
+    pip.append(f"git+https://github.com/{repo}.git@{branch}")
     print(f"Installing the kit from github.com/{repo} ...")
     done = subprocess.run(pip, capture_output=True, text=True)  # pip's output only if it fails
     if done.returncode != 0:
@@ -66,8 +73,10 @@ text = "\n\n".join(load_course_data()["response"])
 ids = tokenizer(text, verbose=False)["input_ids"][: batch_size * seq_len]  # one long text, cut below
 batch = torch.tensor(ids, device=device).view(batch_size, seq_len)
 n_params = sum(p.numel() for p in model.parameters())
-print(f"{'embedded tiny model' if is_embedded(model) else model_id}: {n_params:,} parameters; "
-      f"batch {tuple(batch.shape)} = {batch.numel():,} tokens")
+print(
+    f"{'embedded tiny model' if is_embedded(model) else model_id}: {n_params:,} parameters; "
+    f"batch {tuple(batch.shape)} = {batch.numel():,} tokens"
+)
 helpers.record("model_params", n_params)
 
 # %% [markdown]
@@ -170,12 +179,17 @@ checkpointed = train_step(model, f"{label} + checkpointing", autocast_dtype=half
 model.activation_checkpointing_disable()
 estimate_ckpt, errors_ckpt = predicted_vs_measured(checkpointed, precision=label, checkpointing=True)
 
-print(f"\n{label} activations are {mixed['activations'] / fp32['activations']:.2f} x fp32's; "
-      f"with checkpointing {checkpointed['activations'] / fp32['activations']:.2f} x\n")
+print(
+    f"\n{label} activations are {mixed['activations'] / fp32['activations']:.2f} x fp32's; "
+    f"with checkpointing {checkpointed['activations'] / fp32['activations']:.2f} x\n"
+)
 print(compare([fp32, mixed, checkpointed]))
 helpers.record("activations_mib_mixed", round(mixed["activations"] / 2**20, 3))
 helpers.record("activations_mib_checkpointed", round(checkpointed["activations"] / 2**20, 3))
-helpers.record("activation_error_pct_worst", round(100 * max(abs(e["activations"]) for e in (errors_fp32, errors_mixed, errors_ckpt)), 3))
+helpers.record(
+    "activation_error_pct_worst",
+    round(100 * max(abs(e["activations"]) for e in (errors_fp32, errors_mixed, errors_ckpt)), 3),
+)
 
 # %%
 ax = plot([fp32, mixed, checkpointed])
@@ -198,8 +212,9 @@ _ = ax.set_title("One training step, measured")
 # %%
 for name in ("SmolLM2-135M", "Qwen2.5-0.5B", "Qwen2.5-1.5B"):
     e = estimate_training_memory(name, batch_size=4, seq_len=512, precision="fp16")
-    print(f"{name:13} full fine-tune, fp16 mixed, 4 x 512 tokens: {e.total / 2**30:6.2f} GiB "
-          f"-> fits a T4: {e.fits('T4')}")
+    print(
+        f"{name:13} full fine-tune, fp16 mixed, 4 x 512 tokens: {e.total / 2**30:6.2f} GiB -> fits a T4: {e.fits('T4')}"
+    )
 
 # %% [markdown]
 # ## A plan for a 7B model on a T4
@@ -209,7 +224,7 @@ for name in ("SmolLM2-135M", "Qwen2.5-0.5B", "Qwen2.5-1.5B"):
 # stays the same), then an 8-bit optimizer, then LoRA, then QLoRA.
 
 # %%
-from helpers.estimate import format_plan, plan
+from helpers.plan import format_plan, plan
 
 steps = plan("Mistral-7B", "T4", batch_size=4, seq_len=512)
 print(format_plan(steps, "T4"))

@@ -18,7 +18,12 @@
 # %% tags=["install"]
 # Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
 # nothing happens where the kit is installed already (a clone set up with `make`, or a second run).
-import importlib.metadata as metadata, os, socket, subprocess, sys, tempfile
+import importlib.metadata as metadata
+import os
+import socket
+import subprocess
+import sys
+import tempfile
 
 if not any(metadata.distributions(name="compute-realities-kit")):
     repo, branch = "compute-realities/finetune-kit", "main"
@@ -26,14 +31,16 @@ if not any(metadata.distributions(name="compute-realities-kit")):
         try:
             socket.create_connection(("github.com", 443), timeout=5).close()
         except OSError:
-            raise RuntimeError("This Kaggle session has no internet. Open Settings > Internet, switch it On "
-                               "(it needs a phone-verified account), then run this cell again.") from None
+            raise RuntimeError(
+                "This Kaggle session has no internet. Open Settings > Internet, switch it On "
+                "(it needs a phone-verified account), then run this cell again."
+            ) from None
     runtime_pins = os.path.join(tempfile.mkdtemp(), "runtime-pins.txt")  # pip may not replace the runtime's torch
     with open(runtime_pins, "w") as f:
         f.writelines(f"torch=={d.version}\n" for d in metadata.distributions(name="torch"))
-    pip = [sys.executable, "-m", "pip", "install", "--retries", "1",
-           "-c", f"https://raw.githubusercontent.com/{repo}/{branch}/requirements.txt", "-c", runtime_pins,
-           f"git+https://github.com/{repo}.git@{branch}"]
+    pins = f"https://raw.githubusercontent.com/{repo}/{branch}/requirements.txt"
+    pip = [sys.executable, "-m", "pip", "install", "--retries", "1", "-c", pins, "-c", runtime_pins]
+    pip.append(f"git+https://github.com/{repo}.git@{branch}")
     print(f"Installing the kit from github.com/{repo} ...")
     done = subprocess.run(pip, capture_output=True, text=True)  # pip's output only if it fails
     if done.returncode != 0:
@@ -77,8 +84,10 @@ formats = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 for name, dtype in formats.items():
     info = torch.finfo(dtype)
     smallest = torch.nextafter(torch.zeros((), dtype=dtype), torch.ones((), dtype=dtype)).item()
-    print(f"{name}: {info.bits} bits, largest {info.max:.4g}, smallest above zero {smallest:.3g}, "
-          f"gap after 1.0 {info.eps:.3g}")
+    print(
+        f"{name}: {info.bits} bits, largest {info.max:.4g}, smallest above zero {smallest:.3g}, "
+        f"gap after 1.0 {info.eps:.3g}"
+    )
 helpers.record("fp16_max", torch.finfo(torch.float16).max)
 
 # %% [markdown]
@@ -90,8 +99,14 @@ big = torch.tensor(70000.0)
 print("70000 stored in fp16:", big.half().item(), "| in bf16:", big.bfloat16().item())
 
 row = torch.full((1, 512), 12.0)  # one row of 512 activations, each 12: the dot product is 512 x 144
-print("dot product in fp32:", (row @ row.T).item(), "| in fp16:", (row.half() @ row.half().T).item(),
-      "| in bf16:", (row.bfloat16() @ row.bfloat16().T).item())
+print(
+    "dot product in fp32:",
+    (row @ row.T).item(),
+    "| in fp16:",
+    (row.half() @ row.half().T).item(),
+    "| in bf16:",
+    (row.bfloat16() @ row.bfloat16().T).item(),
+)
 scores = torch.tensor([(row.half() @ row.half().T).item(), 1.0])  # an attention row holding that score
 probabilities = torch.softmax(scores, dim=0)
 print("softmax over those scores:", probabilities.tolist())
@@ -137,8 +152,10 @@ w16.grad = None
 loss_of(w16, scale).backward()
 recovered = w16.grad[0].float().item() / scale  # unscale in fp32
 error = abs(recovered - w32.grad[0].item()) / w32.grad[0].item()
-print(f"fp16 gradient with the loss x {scale:.0f}: {w16.grad[0].item():.4g}; divided back in fp32: "
-      f"{recovered:.4g} (fp32 reference {w32.grad[0].item():.4g}, relative error {error:.1e})")
+print(
+    f"fp16 gradient with the loss x {scale:.0f}: {w16.grad[0].item():.4g}; divided back in fp32: "
+    f"{recovered:.4g} (fp32 reference {w32.grad[0].item():.4g}, relative error {error:.1e})"
+)
 helpers.record("loss_scaled_grad_relative_error", error)
 
 # %% [markdown]
@@ -166,8 +183,10 @@ for activation in (1e-4, 3e4):
     scaler.update()  # halve S after a skipped step
     optimizer.zero_grad()
     stepped = len(steps_taken) > taken_before
-    print(f"activation {activation:g}: unscaled gradient {grad:.4g}, "
-          f"optimizer step {'taken' if stepped else 'SKIPPED'}, scale {s_before:.0f} -> {scaler.get_scale():.0f}")
+    print(
+        f"activation {activation:g}: unscaled gradient {grad:.4g}, "
+        f"optimizer step {'taken' if stepped else 'SKIPPED'}, scale {s_before:.0f} -> {scaler.get_scale():.0f}"
+    )
 print(f"S doubles again after {scaler.get_growth_interval()} clean steps in a row")
 helpers.record("overflow_step_skipped", not stepped)
 helpers.record("loss_scale_after_overflow", scaler.get_scale())
@@ -192,8 +211,11 @@ model, tokenizer = load_model(model_id, smoke=smoke, dtype=torch.float32)
 model.train()
 device = next(model.parameters()).device
 rows = load_course_data()
-ids = [t for r in tokenizer([r["instruction"] + "\n" + r["response"] for r in rows])["input_ids"]
-       for t in r + [tokenizer.eos_token_id]]  # every row, one long stream of tokens
+ids = [
+    t
+    for r in tokenizer([r["instruction"] + "\n" + r["response"] for r in rows])["input_ids"]
+    for t in r + [tokenizer.eos_token_id]
+]  # every row, one long stream of tokens
 batch = torch.tensor(ids[: per_device_batch * seq_len], device=device).view(per_device_batch, seq_len)
 print(f"batch: {tuple(batch.shape)} tokens on {device}")
 
@@ -265,10 +287,13 @@ print(compare(readouts))
 activations, predicted = {}, {}
 for r in readouts:
     activations[r.label] = r["activations"]
-    predicted[r.label] = estimate_training_memory(model.config, batch_size=per_device_batch, seq_len=seq_len,
-                                                  precision=r.label, device=device.type).activations
-    print(f"{r.label}: measured {activations[r.label] / 2**20:7.2f} MiB, "
-          f"estimated {predicted[r.label] / 2**20:7.2f} MiB, {activations[r.label] / activations['fp32']:.2f} x fp32")
+    predicted[r.label] = estimate_training_memory(
+        model.config, batch_size=per_device_batch, seq_len=seq_len, precision=r.label, device=device.type
+    ).activations
+    print(
+        f"{r.label}: measured {activations[r.label] / 2**20:7.2f} MiB, "
+        f"estimated {predicted[r.label] / 2**20:7.2f} MiB, {activations[r.label] / activations['fp32']:.2f} x fp32"
+    )
 helpers.record("activations_mib", {k: round(v / 2**20, 3) for k, v in activations.items()})
 helpers.record("activations_predicted_mib", {k: round(v / 2**20, 3) for k, v in predicted.items()})
 
@@ -280,7 +305,7 @@ helpers.record("activations_predicted_mib", {k: round(v / 2**20, 3) for k, v in 
 # fp32, with its weights in bf16, and under autocast (which adds those copies).
 
 # %%
-from helpers.memory import track_saved_tensors
+from helpers.saved_tensors import track_saved_tensors
 
 mlp = model.model.layers[0].mlp
 h = torch.randn(per_device_batch, seq_len, model.config.hidden_size, device=device, requires_grad=True)
@@ -298,8 +323,10 @@ out.sum().backward()
 model.zero_grad(set_to_none=True)
 mlp_ratio = saved_bf16.bytes / saved_fp32.bytes
 autocast_ratio = saved_autocast.bytes / saved_fp32.bytes
-print(f"one MLP block saves {saved_fp32.bytes / 2**20:.2f} MiB in fp32, {saved_bf16.bytes / 2**20:.2f} MiB in bf16 "
-      f"({mlp_ratio:.3f} x), {saved_autocast.bytes / 2**20:.2f} MiB under bf16 autocast ({autocast_ratio:.3f} x)")
+print(
+    f"one MLP block saves {saved_fp32.bytes / 2**20:.2f} MiB in fp32, {saved_bf16.bytes / 2**20:.2f} MiB in bf16 "
+    f"({mlp_ratio:.3f} x), {saved_autocast.bytes / 2**20:.2f} MiB under bf16 autocast ({autocast_ratio:.3f} x)"
+)
 helpers.record("mlp_activation_ratio_bf16", round(mlp_ratio, 4))
 helpers.record("mlp_activation_ratio_autocast", round(autocast_ratio, 4))
 
@@ -351,12 +378,19 @@ helpers.record("step_seconds", {k: round(v, 5) for k, v in step_seconds.items()}
 # silently ignored), an explicit seed and logging. It prints what it chose and why:
 
 # %%
-from helpers.training import audit, training_args
+from helpers.audit import audit
+from helpers.training import training_args
 
-args = training_args("build/checkpoints",  # under build/, which git ignores; save_strategy="no" writes nothing
-                     per_device_train_batch_size=per_device_batch, max_steps=max_steps, learning_rate=2e-4,
-                     logging_steps=max(1, max_steps // 4), save_strategy="no", disable_tqdm=True,
-                     dataloader_pin_memory=on_gpu)
+args = training_args(
+    "build/checkpoints",  # under build/, which git ignores; save_strategy="no" writes nothing
+    per_device_train_batch_size=per_device_batch,
+    max_steps=max_steps,
+    learning_rate=2e-4,
+    logging_steps=max(1, max_steps // 4),
+    save_strategy="no",
+    disable_tqdm=True,
+    dataloader_pin_memory=on_gpu,
+)
 
 # %% [markdown]
 # The two precision mistakes, as `audit` reports them with the fix: bf16 copied from an A100 recipe
@@ -370,7 +404,10 @@ helpers.record("audit_codes", [f.code for f in findings])
 
 # %% [markdown]
 # Finally, a few training steps in the chosen precision, on blocks of the course dataset. With
-# `fp16=True` the Trainer brings its own `GradScaler`.
+# `fp16=True` the Trainer brings its own `GradScaler`. These two lines and the stream above are
+# the course's data recipe (every row tokenized, one end-of-text token after each, the stream cut
+# into blocks of `seq_len`); from notebook 03 on, `helpers.data.pack_course_data(tokenizer, seq_len)`
+# does it in one call.
 
 # %%
 from transformers import Trainer

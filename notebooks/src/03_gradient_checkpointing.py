@@ -19,7 +19,12 @@
 # %% tags=["install"]
 # Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
 # nothing happens where the kit is installed already (a clone set up with `make`, or a second run).
-import importlib.metadata as metadata, os, socket, subprocess, sys, tempfile
+import importlib.metadata as metadata
+import os
+import socket
+import subprocess
+import sys
+import tempfile
 
 if not any(metadata.distributions(name="compute-realities-kit")):
     repo, branch = "compute-realities/finetune-kit", "main"
@@ -27,14 +32,16 @@ if not any(metadata.distributions(name="compute-realities-kit")):
         try:
             socket.create_connection(("github.com", 443), timeout=5).close()
         except OSError:
-            raise RuntimeError("This Kaggle session has no internet. Open Settings > Internet, switch it On "
-                               "(it needs a phone-verified account), then run this cell again.") from None
+            raise RuntimeError(
+                "This Kaggle session has no internet. Open Settings > Internet, switch it On "
+                "(it needs a phone-verified account), then run this cell again."
+            ) from None
     runtime_pins = os.path.join(tempfile.mkdtemp(), "runtime-pins.txt")  # pip may not replace the runtime's torch
     with open(runtime_pins, "w") as f:
         f.writelines(f"torch=={d.version}\n" for d in metadata.distributions(name="torch"))
-    pip = [sys.executable, "-m", "pip", "install", "--retries", "1",
-           "-c", f"https://raw.githubusercontent.com/{repo}/{branch}/requirements.txt", "-c", runtime_pins,
-           f"git+https://github.com/{repo}.git@{branch}"]
+    pins = f"https://raw.githubusercontent.com/{repo}/{branch}/requirements.txt"
+    pip = [sys.executable, "-m", "pip", "install", "--retries", "1", "-c", pins, "-c", runtime_pins]
+    pip.append(f"git+https://github.com/{repo}.git@{branch}")
     print(f"Installing the kit from github.com/{repo} ...")
     done = subprocess.run(pip, capture_output=True, text=True)  # pip's output only if it fails
     if done.returncode != 0:
@@ -58,12 +65,14 @@ max_steps = 20  # optimizer steps of the short training run at the end
 #
 # The model in fp32; on a GPU each step runs under autocast in the card's half precision, as the
 # Trainer does with `fp16=True` or `bf16=True`. The data: the course dataset as one stream of
-# tokens, cut into sequences of whatever length a measurement needs.
+# tokens, cut into sequences of whatever length a measurement needs (`pack_course_data`: notebook
+# 02's recipe in one call).
 
 # %%
-import helpers
 import torch
-from helpers.data import load_course_data
+
+import helpers
+from helpers.data import pack_course_data
 from helpers.env import describe
 from helpers.models import load_model
 
@@ -73,16 +82,17 @@ model.train()  # checkpointing only acts in training mode
 model.config.use_cache = False  # the generation cache is for generating; training never reads it
 device = next(model.parameters()).device
 amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(machine.precision.name)  # None on a CPU
-rows = load_course_data()
-stream = [t for r in tokenizer([r["instruction"] + "\n" + r["response"] for r in rows])["input_ids"]
-          for t in r + [tokenizer.eos_token_id]]
 seq_lens = [s for s in seq_lens if s <= model.config.max_position_embeddings]
-print(f"precision {machine.precision.name}, sequence lengths {seq_lens}, {len(stream):,} tokens of text")
+packed = {s: pack_course_data(tokenizer, s) for s in seq_lens}  # the course dataset cut at each length
+print(
+    f"precision {machine.precision.name}, sequence lengths {seq_lens}, "
+    f"{len(packed[seq_lens[-1]])} sequences of {seq_lens[-1]} tokens"
+)
 
 
 def batch_of(seq_len):
-    """per_device_batch sequences of seq_len tokens from the stream, on the model's device."""
-    return torch.tensor(stream[: per_device_batch * seq_len], device=device).view(per_device_batch, seq_len)
+    """The first per_device_batch sequences of seq_len tokens, on the model's device."""
+    return packed[seq_len][:per_device_batch]["input_ids"].to(device)
 
 
 def training_step(batch):
@@ -98,6 +108,7 @@ def set_checkpointing(on):
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     else:
         model.activation_checkpointing_disable()
+
 
 # %% [markdown]
 # ## Activation memory against sequence length
@@ -119,18 +130,35 @@ for seq_len in seq_lens:
         with measure(f"{seq_len} {'on' if on else 'off'}", model=model) as readout:
             training_step(batch_of(seq_len))
         measured[on].append(readout["activations"])
-        predicted[on].append(estimate_training_memory(model.config, batch_size=per_device_batch, seq_len=seq_len,
-                                                      precision=precision, checkpointing=on,
-                                                      device=device.type).activations)
+        predicted[on].append(
+            estimate_training_memory(
+                model.config,
+                batch_size=per_device_batch,
+                seq_len=seq_len,
+                precision=precision,
+                checkpointing=on,
+                device=device.type,
+            ).activations
+        )
         peak = f", peak allocated {readout['peak_allocated'] / 2**20:,.0f} MiB" if "peak_allocated" in readout else ""
-        print(f"seq_len {seq_len:5}, checkpointing {'on ' if on else 'off'}: activations "
-              f"{measured[on][-1] / 2**20:8.2f} MiB (estimated {predicted[on][-1] / 2**20:8.2f}){peak}")
+        print(
+            f"seq_len {seq_len:5}, checkpointing {'on ' if on else 'off'}: activations "
+            f"{measured[on][-1] / 2**20:8.2f} MiB (estimated {predicted[on][-1] / 2**20:8.2f}){peak}"
+        )
 ratio = measured[True][-1] / measured[False][-1]
 print(f"at {seq_lens[-1]} tokens checkpointing keeps {ratio:.2f} x the activations")
-parts = estimate_training_memory(model.config, batch_size=per_device_batch, seq_len=seq_lens[-1], precision=precision,
-                                 checkpointing=True, device=device.type).activation_parts
-print("what is left with checkpointing on, by the estimator's parts:",
-      ", ".join(f"{k} {v / 2**20:.2f} MiB" for k, v in parts.items()))
+parts = estimate_training_memory(
+    model.config,
+    batch_size=per_device_batch,
+    seq_len=seq_lens[-1],
+    precision=precision,
+    checkpointing=True,
+    device=device.type,
+).activation_parts
+print(
+    "what is left with checkpointing on, by the estimator's parts:",
+    ", ".join(f"{k} {v / 2**20:.2f} MiB" for k, v in parts.items()),
+)
 helpers.record("seq_lens", seq_lens)
 helpers.record("activations_mib_off", [round(b / 2**20, 3) for b in measured[False]])
 helpers.record("activations_mib_on", [round(b / 2**20, 3) for b in measured[True]])
@@ -142,7 +170,7 @@ import matplotlib.pyplot as plt
 
 fig, ax = plt.subplots(figsize=(6, 3.5))
 for on, label in ((False, "checkpointing off"), (True, "checkpointing on")):
-    line, = ax.plot(seq_lens, [b / 2**20 for b in measured[on]], "o-", label=f"{label}, measured")
+    (line,) = ax.plot(seq_lens, [b / 2**20 for b in measured[on]], "o-", label=f"{label}, measured")
     ax.plot(seq_lens, [b / 2**20 for b in predicted[on]], "x--", color=line.get_color(), label=f"{label}, estimated")
 ax.set_xlabel("seq_len (tokens)")
 ax.set_ylabel("activations (MiB)")
@@ -198,9 +226,11 @@ for _ in range(timing_steps):
 median = {k: statistics.median(v) for k, v in times.items()}
 time_ratio = median["on"] / median["off"]
 expected = 1 + median["forward"] / median["off"]
-print(f"step without checkpointing {median['off'] * 1000:.1f} ms, with {median['on'] * 1000:.1f} ms: "
-      f"{time_ratio:.2f} x (+{(time_ratio - 1) * 100:.0f} %); one forward pass {median['forward'] * 1000:.1f} ms, "
-      f"so at most about {expected:.2f} x was expected")
+print(
+    f"step without checkpointing {median['off'] * 1000:.1f} ms, with {median['on'] * 1000:.1f} ms: "
+    f"{time_ratio:.2f} x (+{(time_ratio - 1) * 100:.0f} %); one forward pass {median['forward'] * 1000:.1f} ms, "
+    f"so at most about {expected:.2f} x was expected"
+)
 print(f"activations: {ratio:.2f} x ({(ratio - 1) * 100:+.0f} %)")
 helpers.record("time_ratio", round(time_ratio, 3))
 helpers.record("time_ratio_expected", round(expected, 3))
@@ -227,22 +257,28 @@ helpers.record("time_ratio_expected", round(expected, 3))
 for on in (False, True):
     e = estimate_training_memory(t4_model, batch_size=t4_batch, seq_len=t4_seq_len, precision="fp16", checkpointing=on)
     state = e.weights + e.gradients + e.optimizer  # what checkpointing cannot change
-    print(f"{t4_model}, batch {t4_batch} x {t4_seq_len} tokens, fp16, checkpointing {'on ' if on else 'off'}: "
-          f"{e.total / 2**30:5.1f} GiB in total; weights + gradients + AdamW {state / 2**30:4.1f} GiB, "
-          f"activations {e.activations / 2**30:4.1f} GiB -> {'fits' if e.fits('T4') else 'does NOT fit'} a T4")
+    print(
+        f"{t4_model}, batch {t4_batch} x {t4_seq_len} tokens, fp16, checkpointing {'on ' if on else 'off'}: "
+        f"{e.total / 2**30:5.1f} GiB in total; weights + gradients + AdamW {state / 2**30:4.1f} GiB, "
+        f"activations {e.activations / 2**30:4.1f} GiB -> {'fits' if e.fits('T4') else 'does NOT fit'} a T4"
+    )
     helpers.record(f"t4_total_gib_{'on' if on else 'off'}", round(e.total / 2**30, 2))
     helpers.record(f"t4_fits_{'on' if on else 'off'}", e.fits("T4"))
 
 # %% [markdown]
 # The weights, gradients and AdamW states fit with room to spare; the activations are what
-# overflow the card, and checkpointing removes most of them. `helpers.training.audit` catches the
+# overflow the card, and checkpointing removes most of them. `helpers.audit.audit` catches the
 # mistake from the run's settings and says what to change:
 
 # %%
-from helpers.training import audit
+from helpers.audit import audit
 
-findings = audit({"per_device_train_batch_size": t4_batch, "fp16": True, "seed": 42, "report_to": "wandb"},
-                 model=t4_model, gpu="T4", seq_len=t4_seq_len)
+findings = audit(
+    {"per_device_train_batch_size": t4_batch, "fp16": True, "seed": 42, "report_to": "wandb"},
+    model=t4_model,
+    gpu="T4",
+    seq_len=t4_seq_len,
+)
 helpers.record("audit_codes", [f.code for f in findings])
 
 # %% [markdown]
@@ -251,16 +287,17 @@ helpers.record("audit_codes", [f.code for f in findings])
 # A real out-of-memory error is nothing to cause on purpose (on a CPU it can take the whole
 # machine down), so this notebook plays a card with room for less activation memory than one step
 # at the longest length needs without checkpointing, and more than it needs with it:
-# `helpers.training.activation_budget` raises the same `torch.OutOfMemoryError` a GPU raises once
+# `helpers.oom.activation_budget` raises the same `torch.OutOfMemoryError` a GPU raises once
 # autograd holds more than that.
 
 # %%
-from helpers.memory import free_memory, is_oom_error
-from helpers.training import activation_budget
+from helpers.oom import activation_budget, free_memory, is_oom_error
 
 budget = (measured[False][-1] + measured[True][-1]) // 2
-print(f"pretend card: room for {budget / 2**20:.2f} MiB of activations; one step at {seq_lens[-1]} tokens needs "
-      f"{measured[False][-1] / 2**20:.2f} MiB without checkpointing, {measured[True][-1] / 2**20:.2f} MiB with it")
+print(
+    f"pretend card: room for {budget / 2**20:.2f} MiB of activations; one step at {seq_lens[-1]} tokens needs "
+    f"{measured[False][-1] / 2**20:.2f} MiB without checkpointing, {measured[True][-1] / 2**20:.2f} MiB with it"
+)
 set_checkpointing(False)
 try:
     with activation_budget(budget, model):
@@ -292,21 +329,29 @@ helpers.record("fits_with_checkpointing", True)
 # %%
 from transformers import Trainer
 
-from helpers.memory import LiveMemoryCallback
+from helpers.live import LiveMemoryCallback
 from helpers.training import training_args
 
-args = training_args("build/checkpoints", per_device_train_batch_size=per_device_batch,
-                     gradient_checkpointing=True,  # the lesson's name for it
-                     max_steps=max_steps, learning_rate=2e-4, logging_steps=max(1, max_steps // 4),
-                     save_strategy="no", disable_tqdm=True, dataloader_pin_memory=device.type == "cuda")
-blocks = torch.tensor(stream[: len(stream) // seq_lens[-1] * seq_lens[-1]]).view(-1, seq_lens[-1])
-train_data = [{"input_ids": b, "labels": b} for b in blocks]
+args = training_args(
+    "build/checkpoints",
+    per_device_train_batch_size=per_device_batch,
+    gradient_checkpointing=True,  # the lesson's name for it
+    max_steps=max_steps,
+    learning_rate=2e-4,
+    logging_steps=max(1, max_steps // 4),
+    save_strategy="no",
+    disable_tqdm=True,
+    dataloader_pin_memory=device.type == "cuda",
+)
+train_data = packed[seq_lens[-1]]
 live = LiveMemoryCallback(every_n_steps=max(1, max_steps // 4))
 trainer = Trainer(model=model, args=args, train_dataset=train_data, callbacks=[live])
 with activation_budget(budget, model):
     result = trainer.train()
-print(f"activation_checkpointing={args.activation_checkpointing}: {result.global_step} steps, "
-      f"mean loss {result.training_loss:.3f}")
+print(
+    f"activation_checkpointing={args.activation_checkpointing}: {result.global_step} steps, "
+    f"mean loss {result.training_loss:.3f}"
+)
 helpers.record("train_loss", round(result.training_loss, 4))
 
 # %% [markdown]

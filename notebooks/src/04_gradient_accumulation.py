@@ -19,7 +19,12 @@
 # %% tags=["install"]
 # Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
 # nothing happens where the kit is installed already (a clone set up with `make`, or a second run).
-import importlib.metadata as metadata, os, socket, subprocess, sys, tempfile
+import importlib.metadata as metadata
+import os
+import socket
+import subprocess
+import sys
+import tempfile
 
 if not any(metadata.distributions(name="compute-realities-kit")):
     repo, branch = "compute-realities/finetune-kit", "main"
@@ -27,14 +32,16 @@ if not any(metadata.distributions(name="compute-realities-kit")):
         try:
             socket.create_connection(("github.com", 443), timeout=5).close()
         except OSError:
-            raise RuntimeError("This Kaggle session has no internet. Open Settings > Internet, switch it On "
-                               "(it needs a phone-verified account), then run this cell again.") from None
+            raise RuntimeError(
+                "This Kaggle session has no internet. Open Settings > Internet, switch it On "
+                "(it needs a phone-verified account), then run this cell again."
+            ) from None
     runtime_pins = os.path.join(tempfile.mkdtemp(), "runtime-pins.txt")  # pip may not replace the runtime's torch
     with open(runtime_pins, "w") as f:
         f.writelines(f"torch=={d.version}\n" for d in metadata.distributions(name="torch"))
-    pip = [sys.executable, "-m", "pip", "install", "--retries", "1",
-           "-c", f"https://raw.githubusercontent.com/{repo}/{branch}/requirements.txt", "-c", runtime_pins,
-           f"git+https://github.com/{repo}.git@{branch}"]
+    pins = f"https://raw.githubusercontent.com/{repo}/{branch}/requirements.txt"
+    pip = [sys.executable, "-m", "pip", "install", "--retries", "1", "-c", pins, "-c", runtime_pins]
+    pip.append(f"git+https://github.com/{repo}.git@{branch}")
     print(f"Installing the kit from github.com/{repo} ...")
     done = subprocess.run(pip, capture_output=True, text=True)  # pip's output only if it fails
     if done.returncode != 0:
@@ -63,8 +70,10 @@ import helpers
 from helpers.training import effective_batch_size
 
 effective_batch = per_device_batch * grad_accum_steps * num_devices
-print(f"effective batch = per_device_batch {per_device_batch} x grad_accum_steps {grad_accum_steps} "
-      f"x num_devices {num_devices} = {effective_batch}")
+print(
+    f"effective batch = per_device_batch {per_device_batch} x grad_accum_steps {grad_accum_steps} "
+    f"x num_devices {num_devices} = {effective_batch}"
+)
 settings = {"per_device_train_batch_size": per_device_batch, "gradient_accumulation_steps": grad_accum_steps}
 assert effective_batch_size(settings, num_devices=num_devices) == effective_batch
 helpers.record("effective_batch", effective_batch)
@@ -80,18 +89,17 @@ helpers.record("effective_batch", effective_batch)
 
 # %%
 import torch
-from helpers.data import load_course_data
-from helpers.memory import track_saved_tensors
+
+from helpers.data import load_course_data, pack_course_data
 from helpers.models import load_model
+from helpers.saved_tensors import track_saved_tensors
 
 model, tokenizer = load_model(model_id, smoke=smoke, dtype=torch.float32)
 model.train()
 device = next(model.parameters()).device
-rows = load_course_data()
-texts = [r["instruction"] + "\n" + r["response"] for r in rows]
-stream = [t for ids in tokenizer(texts)["input_ids"] for t in ids + [tokenizer.eos_token_id]]
+train_data = pack_course_data(tokenizer, seq_len)  # the course dataset in sequences of seq_len tokens
 n_sequences = per_device_batch * grad_accum_steps  # one device's share of the effective batch
-batch = torch.tensor(stream[: n_sequences * seq_len], device=device).view(n_sequences, seq_len)
+batch = train_data[:n_sequences]["input_ids"].to(device)
 micro_batches = batch.split(per_device_batch)
 print(f"one batch {tuple(batch.shape)}, or {len(micro_batches)} micro-batches {tuple(micro_batches[0].shape)}")
 
@@ -116,8 +124,10 @@ g_accumulated = gradients()
 
 max_diff = (g_accumulated - g_big).abs().max().item()
 print(f"largest gradient entry {g_big.abs().max().item():.3g}; largest difference {max_diff:.2e}")
-print(f"activations held: {saved_big.bytes / 2**20:.2f} MiB for the whole batch, {saved_micro.bytes / 2**20:.2f} MiB "
-      f"per micro-batch ({saved_micro.bytes / saved_big.bytes:.3f} x)")
+print(
+    f"activations held: {saved_big.bytes / 2**20:.2f} MiB for the whole batch, {saved_micro.bytes / 2**20:.2f} MiB "
+    f"per micro-batch ({saved_micro.bytes / saved_big.bytes:.3f} x)"
+)
 tolerance = 1e-6 if device.type == "cpu" else 1e-5 * g_big.abs().max().item()  # GPU kernels vary with the batch shape
 assert max_diff < tolerance, f"accumulated gradients differ from the large batch's by {max_diff:.2e}"
 helpers.record("accumulation_max_abs_diff", max_diff)
@@ -141,6 +151,7 @@ helpers.record("activation_ratio_micro_to_batch", round(saved_micro.bytes / save
 # pads them: each micro-batch to its own longest sequence, the whole batch to the longest of all.
 
 # %%
+texts = [r["instruction"] + "\n" + r["response"] for r in load_course_data()]
 lengths = [len(ids) for ids in tokenizer(texts)["input_ids"]]
 by_length = sorted(range(len(texts)), key=lengths.__getitem__)
 n = per_device_batch * grad_accum_steps
@@ -153,12 +164,15 @@ tokenizer.padding_side = "right"  # left padding would shift positions between t
 def encode(some_texts):
     """Pad to the longest of these texts; label the padding -100 so the loss skips it."""
     enc = tokenizer(some_texts, padding=True, return_tensors="pt").to(device)
-    return {"input_ids": enc.input_ids, "attention_mask": enc.attention_mask,
-            "labels": enc.input_ids.masked_fill(enc.attention_mask == 0, -100)}
+    return {
+        "input_ids": enc.input_ids,
+        "attention_mask": enc.attention_mask,
+        "labels": enc.input_ids.masked_fill(enc.attention_mask == 0, -100),
+    }
 
 
 whole = encode(chosen)
-micros = [encode(chosen[i:i + per_device_batch]) for i in range(0, n, per_device_batch)]
+micros = [encode(chosen[i : i + per_device_batch]) for i in range(0, n, per_device_batch)]
 # the tokens the loss counts: labels shift by one (token t predicts t + 1), padding excluded
 tokens = [int((m["labels"][:, 1:] != -100).sum()) for m in micros]
 total_tokens = sum(tokens)
@@ -191,11 +205,15 @@ g_tokens = gradients()
 
 naive_error = (g_naive - g_reference).abs().max().item()
 right_error = (g_tokens - g_reference).abs().max().item()
-print(f"loss: whole batch {reference_loss.item():.5f}, mean of means {mean_of_means:.5f}, "
-      f"sum / all tokens {token_mean:.5f}")
-print(f"largest gradient difference from the whole batch: mean of means {naive_error:.2e} "
-      f"({(g_naive - g_reference).norm() / g_reference.norm():.1%} of the gradient's length), "
-      f"sum / all tokens {right_error:.2e}")
+print(
+    f"loss: whole batch {reference_loss.item():.5f}, mean of means {mean_of_means:.5f}, "
+    f"sum / all tokens {token_mean:.5f}"
+)
+print(
+    f"largest gradient difference from the whole batch: mean of means {naive_error:.2e} "
+    f"({(g_naive - g_reference).norm() / g_reference.norm():.1%} of the gradient's length), "
+    f"sum / all tokens {right_error:.2e}"
+)
 assert right_error < tolerance
 helpers.record("variable_length_naive_max_abs_diff", naive_error)
 helpers.record("variable_length_token_sum_max_abs_diff", right_error)
@@ -215,8 +233,10 @@ helpers.record("variable_length_token_sum_max_abs_diff", right_error)
 
 # %%
 for devices in (1, 2):
-    print(f"per_device_batch {per_device_batch} x grad_accum_steps {grad_accum_steps} x num_devices {devices} "
-          f"= effective batch {effective_batch_size(settings, num_devices=devices)}")
+    print(
+        f"per_device_batch {per_device_batch} x grad_accum_steps {grad_accum_steps} x num_devices {devices} "
+        f"= effective batch {effective_batch_size(settings, num_devices=devices)}"
+    )
 
 # %% [markdown]
 # The mistake reviewers catch: the paper says "batch size 2" (the per-device setting), while the
@@ -224,7 +244,7 @@ for devices in (1, 2):
 # effective batch:
 
 # %%
-from helpers.training import audit
+from helpers.audit import audit
 
 reported = per_device_batch
 findings = audit({**settings, "seed": 42, "report_to": "wandb"}, reported_batch=reported, num_devices=2)
@@ -235,7 +255,7 @@ helpers.record("audit_codes", [f.code for f in findings])
 #
 # The lesson's situation. A card runs out of memory at a per-device batch of 8, yet the run
 # needs an effective batch of 16. More memory is not on offer; the fix is a smaller per-device
-# batch and more accumulation. `helpers.training.fit_batch` does it for you: it runs the training,
+# batch and more accumulation. `helpers.oom.fit_batch` does it for you: it runs the training,
 # and on an out-of-memory error halves the per-device batch and doubles the accumulation, so the
 # effective batch stays what you chose. (transformers' own `auto_find_batch_size=True` only
 # shrinks the batch, and the effective batch with it.)
@@ -247,18 +267,24 @@ helpers.record("audit_codes", [f.code for f in findings])
 # %%
 from transformers import Trainer
 
-from helpers.training import EffectiveBatchCallback, activation_budget, fit_batch, training_args
+from helpers.oom import activation_budget, fit_batch
+from helpers.training import EffectiveBatchCallback, training_args
 
 start_batch = 8  # the lesson's card runs out of memory at this per-device batch
-args = training_args("build/checkpoints", per_device_train_batch_size=start_batch,
-                     gradient_accumulation_steps=max(1, per_device_batch * grad_accum_steps // start_batch),
-                     max_steps=max_steps, learning_rate=2e-4, logging_steps=max(1, max_steps // 4),
-                     save_strategy="no", disable_tqdm=True, dataloader_pin_memory=device.type == "cuda")
+args = training_args(
+    "build/checkpoints",
+    per_device_train_batch_size=start_batch,
+    gradient_accumulation_steps=max(1, per_device_batch * grad_accum_steps // start_batch),
+    max_steps=max_steps,
+    learning_rate=2e-4,
+    logging_steps=max(1, max_steps // 4),
+    save_strategy="no",
+    disable_tqdm=True,
+    dataloader_pin_memory=device.type == "cuda",
+)
 
 # the pretend card: measure one micro-batch of per_device_batch sequences in the Trainer's precision
-blocks = torch.tensor(stream[: len(stream) // seq_len * seq_len]).view(-1, seq_len)
-train_data = [{"input_ids": b, "labels": b} for b in blocks]
-micro = blocks[:per_device_batch].to(device)
+micro = train_data[:per_device_batch]["input_ids"].to(device)
 amp_dtype = torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else None
 with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
     with track_saved_tensors(model) as saved:
@@ -266,8 +292,10 @@ with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_d
 loss.backward()
 model.zero_grad(set_to_none=True)
 budget = saved.bytes * 5 // 4  # room for per_device_batch sequences, not for twice as many
-print(f"pretend card: room for {budget / 2**20:.2f} MiB of activations "
-      f"({per_device_batch} sequences of {seq_len} tokens take {saved.bytes / 2**20:.2f} MiB)")
+print(
+    f"pretend card: room for {budget / 2**20:.2f} MiB of activations "
+    f"({per_device_batch} sequences of {seq_len} tokens take {saved.bytes / 2**20:.2f} MiB)"
+)
 
 
 def train(args):

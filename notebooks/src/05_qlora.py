@@ -18,7 +18,12 @@
 # %% tags=["install"]
 # Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
 # nothing happens where the kit is installed already (a clone set up with `make`, or a second run).
-import importlib.metadata as metadata, os, socket, subprocess, sys, tempfile
+import importlib.metadata as metadata
+import os
+import socket
+import subprocess
+import sys
+import tempfile
 
 if not any(metadata.distributions(name="compute-realities-kit")):
     repo, branch = "compute-realities/finetune-kit", "main"
@@ -26,14 +31,16 @@ if not any(metadata.distributions(name="compute-realities-kit")):
         try:
             socket.create_connection(("github.com", 443), timeout=5).close()
         except OSError:
-            raise RuntimeError("This Kaggle session has no internet. Open Settings > Internet, switch it On "
-                               "(it needs a phone-verified account), then run this cell again.") from None
+            raise RuntimeError(
+                "This Kaggle session has no internet. Open Settings > Internet, switch it On "
+                "(it needs a phone-verified account), then run this cell again."
+            ) from None
     runtime_pins = os.path.join(tempfile.mkdtemp(), "runtime-pins.txt")  # pip may not replace the runtime's torch
     with open(runtime_pins, "w") as f:
         f.writelines(f"torch=={d.version}\n" for d in metadata.distributions(name="torch"))
-    pip = [sys.executable, "-m", "pip", "install", "--retries", "1",
-           "-c", f"https://raw.githubusercontent.com/{repo}/{branch}/requirements.txt", "-c", runtime_pins,
-           f"git+https://github.com/{repo}.git@{branch}"]
+    pins = f"https://raw.githubusercontent.com/{repo}/{branch}/requirements.txt"
+    pip = [sys.executable, "-m", "pip", "install", "--retries", "1", "-c", pins, "-c", runtime_pins]
+    pip.append(f"git+https://github.com/{repo}.git@{branch}")
     print(f"Installing the kit from github.com/{repo} ...")
     done = subprocess.run(pip, capture_output=True, text=True)  # pip's output only if it fails
     if done.returncode != 0:
@@ -76,8 +83,10 @@ print(machine.summary())
 four_bit_ok, message = check_4bit()
 print(message)
 if not four_bit_ok:
-    raise RuntimeError("bitsandbytes cannot quantize to 4 bits here (the line above says why): run the install "
-                       "cell again, or switch to a GPU runtime")
+    raise RuntimeError(
+        "bitsandbytes cannot quantize to 4 bits here (the line above says why): run the install "
+        "cell again, or switch to a GPU runtime"
+    )
 model, tokenizer = load_model(model_id, smoke=smoke, dtype=torch.float32)
 source = model.config._name_or_path  # the folder or Hub id load_model chose; every load below reads it
 name = "the embedded tiny model" if is_embedded(model) else model_id
@@ -91,6 +100,7 @@ helpers.record("model", "embedded" if is_embedded(model) else model_id)
 # one), *quantization constants included*: a quantized weight is useless without the scales that
 # turn its small integers back into numbers. The linear layers are what gets quantized; the
 # embeddings, the norms and the output head stay as they were loaded.
+
 
 # %%
 def footprint(model):
@@ -136,8 +146,12 @@ from transformers.utils import logging as hf_logging
 
 
 def nf4(double_quant):
-    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                              bnb_4bit_use_double_quant=double_quant, bnb_4bit_compute_dtype=torch.bfloat16)
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=double_quant,
+        bnb_4bit_compute_dtype=torch.bfloat16,
+    )
 
 
 formats = {  # what is not quantized stays in bf16
@@ -157,12 +171,16 @@ if machine.gpus:
     torch.cuda.empty_cache()  # give the copies back before the training below is measured
 
 fp32_total = sizes["fp32"][0]
-print(f"{name}: {sizes['fp32'][2]:,} of its {n_params:,} weights are in linear layers "
-      f"({100 * sizes['fp32'][2] / n_params:.0f} %); the rest is never quantized (fp32 in the first row, bf16 below)\n")
+print(
+    f"{name}: {sizes['fp32'][2]:,} of its {n_params:,} weights are in linear layers "
+    f"({100 * sizes['fp32'][2] / n_params:.0f} %); the rest is never quantized (fp32 in the first row, bf16 below)\n"
+)
 print(f"{'format':20} {'whole model':>14} {'linear layers':>14} {'bits per weight':>16} {'vs fp32':>8}")
 for fmt, (total, linear, weights) in sizes.items():
-    print(f"{fmt:20} {total / 2**20:10,.3f} MiB {linear / 2**20:10,.3f} MiB {8 * linear / weights:16.3f} "
-          f"{fp32_total / total:7.2f}x")
+    print(
+        f"{fmt:20} {total / 2**20:10,.3f} MiB {linear / 2**20:10,.3f} MiB {8 * linear / weights:16.3f} "
+        f"{fp32_total / total:7.2f}x"
+    )
 helpers.record("footprint_mib", {fmt: round(s[0] / 2**20, 4) for fmt, s in sizes.items()})
 helpers.record("bits_per_linear_weight", {fmt: round(8 * s[1] / s[2], 4) for fmt, s in sizes.items()})
 
@@ -192,13 +210,17 @@ for double_quant in (False, True):
         s = s.state2
     code_bits = 8 * codes.nbytes / w.numel()
     bits = constant_bits[double_quant] = 8 * sum(t.nbytes for t in constants) / w.numel()
-    print(f"{'with' if double_quant else 'without'} double quantization: {code_bits:.3f} bits of code + "
-          f"{bits:.4f} bits of constants = {code_bits + bits:.4f} bits per weight")
+    print(
+        f"{'with' if double_quant else 'without'} double quantization: {code_bits:.3f} bits of code + "
+        f"{bits:.4f} bits of constants = {code_bits + bits:.4f} bits per weight"
+    )
 block, block2 = state.blocksize, state.state2.blocksize  # 64 weights per scale, 256 scales per scale of the scales
 single_bits = 32 / block  # one fp32 absmax per block
 double_bits = 8 / block + 32 / (block * block2)  # one 8-bit absmax per block, one fp32 per block2 of them
-print(f"\nfrom the block sizes: 32 / {block} = {single_bits:.4f} bits without; "
-      f"8 / {block} + 32 / ({block} x {block2}) = {double_bits:.4f} bits with")
+print(
+    f"\nfrom the block sizes: 32 / {block} = {single_bits:.4f} bits without; "
+    f"8 / {block} + 32 / ({block} x {block2}) = {double_bits:.4f} bits with"
+)
 saved_bits = constant_bits[False] - constant_bits[True]
 print(f"double quantization saves {saved_bits:.4f} bits per weight")
 helpers.record("constant_bits_single", round(constant_bits[False], 4))
@@ -215,16 +237,22 @@ helpers.record("double_quant_saves_bits", round(saved_bits, 4))
 from helpers.estimate import shape_of
 
 linear_7b = shape_of(plan_model).parameter_counts()["linear"]
-print(f"{plan_model}: {linear_7b / 1e9:.2f}B weights in linear layers x {saved_bits:.3f} bits = "
-      f"{linear_7b * saved_bits / 8 / 2**30:.2f} GiB saved")
+print(
+    f"{plan_model}: {linear_7b / 1e9:.2f}B weights in linear layers x {saved_bits:.3f} bits = "
+    f"{linear_7b * saved_bits / 8 / 2**30:.2f} GiB saved"
+)
 fixed_bytes = state.state2.code.nbytes + state.offset.nbytes  # per matrix: the scales' codebook and offset
 break_even = 8 * fixed_bytes / saved_bits
 bits_here = {fmt: 8 * sizes[fmt][1] / sizes[fmt][2] for fmt in ("nf4", "nf4 + double quant")}
 change = bits_here["nf4"] - bits_here["nf4 + double quant"]
-print(f"a double-quantized matrix carries {fixed_bytes:,} bytes more of fixed cost, won back above "
-      f"{break_even:,.0f} weights per matrix")
-print(f"{name}: {bits_here['nf4']:.3f} bits per weight without, {bits_here['nf4 + double quant']:.3f} with: "
-      f"double quantization {'saves' if change > 0 else 'costs'} {abs(change):.3f} bits per weight here")
+print(
+    f"a double-quantized matrix carries {fixed_bytes:,} bytes more of fixed cost, won back above "
+    f"{break_even:,.0f} weights per matrix"
+)
+print(
+    f"{name}: {bits_here['nf4']:.3f} bits per weight without, {bits_here['nf4 + double quant']:.3f} with: "
+    f"double quantization {'saves' if change > 0 else 'costs'} {abs(change):.3f} bits per weight here"
+)
 helpers.record("double_quant_saves_gib_7b", round(linear_7b * saved_bits / 8 / 2**30, 3))
 helpers.record("double_quant_break_even_weights", round(break_even))
 
@@ -236,7 +264,7 @@ helpers.record("double_quant_break_even_weights", round(break_even))
 #
 # ## QLoRA in one call
 #
-# `helpers.models.load_qlora` does what a QLoRA script does: load the model with every linear layer
+# `helpers.qlora.load_qlora` does what a QLoRA script does: load the model with every linear layer
 # but the output head in NF4 with double quantization, freeze it, turn on gradient checkpointing,
 # and put a LoRA adapter on each of those layers. An adapter is two small matrices beside the frozen weight W:
 # A (r x d_in) and B (d_out x r); the layer computes W x + (alpha / r) B A x, and only A and B
@@ -246,7 +274,7 @@ helpers.record("double_quant_break_even_weights", round(break_even))
 # %%
 import bitsandbytes as bnb
 
-from helpers.models import load_qlora, measure_footprint
+from helpers.qlora import load_qlora, measure_footprint
 
 model, tokenizer = load_qlora(model_id, r=lora_r, alpha=lora_alpha, smoke=smoke)
 fp = measure_footprint(model)
@@ -255,10 +283,14 @@ adapted = [m for m in model.modules() if hasattr(m, "lora_A") and isinstance(m.b
 by_formula = sum(lora_r * (m.base_layer.in_features + m.base_layer.out_features) for m in adapted)
 first = adapted[0]
 a, b = first.lora_A["default"].weight, first.lora_B["default"].weight
-print(f"\n{len(adapted)} adapted layers; the first: W {first.base_layer.out_features} x "
-      f"{first.base_layer.in_features} (frozen, 4-bit), A {tuple(a.shape)}, B {tuple(b.shape)}")
-print(f"trainable: {fp.trainable_params:,} of {all_params:,} parameters ({100 * fp.trainable_params / all_params:.2f} %)"
-      f"; r x (d_in + d_out) summed over those layers: {by_formula:,}")
+print(
+    f"\n{len(adapted)} adapted layers; the first: W {first.base_layer.out_features} x "
+    f"{first.base_layer.in_features} (frozen, 4-bit), A {tuple(a.shape)}, B {tuple(b.shape)}"
+)
+print(
+    f"trainable: {fp.trainable_params:,} of {all_params:,} parameters ({100 * fp.trainable_params / all_params:.2f} %)"
+    f"; r x (d_in + d_out) summed over those layers: {by_formula:,}"
+)
 assert by_formula == fp.trainable_params
 helpers.record("trainable_params", fp.trainable_params)
 helpers.record("trainable_pct", round(100 * fp.trainable_params / all_params, 3))
@@ -273,54 +305,68 @@ helpers.record("qlora_footprint_mib", round(fp.total_bytes / 2**20, 4))
 from helpers.estimate import estimate_training_memory
 
 e7b = estimate_training_memory(plan_model, batch_size=1, seq_len=plan_seq_len, method="qlora", lora_r=lora_r)
-print(f"{plan_model}, r = {lora_r} on every linear layer: {e7b.trainable:,} trainable of {e7b.parameters:,} "
-      f"({100 * e7b.trainable / e7b.parameters:.2f} %)")
+print(
+    f"{plan_model}, r = {lora_r} on every linear layer: {e7b.trainable:,} trainable of {e7b.parameters:,} "
+    f"({100 * e7b.trainable / e7b.parameters:.2f} %)"
+)
 helpers.record("trainable_pct_7b", round(100 * e7b.trainable / e7b.parameters, 3))
 
 # %% [markdown]
 # ## A few steps of training
 #
-# The course dataset, cut into sequences of `seq_len` tokens, and the Trainer with the kit's
-# `training_args`. Before training, keep a copy of every frozen tensor (the 4-bit codes included)
-# and of every adapter, to compare afterwards. `measure` wraps the run: the activations autograd
-# held for backward at the peak, counted exactly, and on a GPU the allocator's peak.
+# The course dataset, cut into sequences of `seq_len` tokens (`pack_course_data`: notebook 02's
+# recipe in one call), and the Trainer with the kit's `training_args`. Before training, keep a copy
+# of every frozen tensor (the 4-bit codes included) and of every adapter, to compare afterwards.
+# `measure` wraps the run: the activations autograd held for backward at the peak, counted
+# exactly, and on a GPU the allocator's peak.
 
 # %%
 from transformers import PrinterCallback, Trainer
 
-from helpers.data import load_course_data
+from helpers.data import pack_course_data
 from helpers.memory import measure
 from helpers.training import training_args
 
-rows = load_course_data()
-stream = [t for ids in tokenizer([r["instruction"] + "\n" + r["response"] for r in rows])["input_ids"]
-          for t in ids + [tokenizer.eos_token_id]]
-blocks = torch.tensor(stream[: len(stream) // seq_len * seq_len]).view(-1, seq_len)
-train_data = [{"input_ids": b, "labels": b} for b in blocks]
+train_data = pack_course_data(tokenizer, seq_len)
 
 frozen_before = {n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters() if not p.requires_grad}
 adapters_before = {n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters() if p.requires_grad}
-args = training_args("build/checkpoints", per_device_train_batch_size=per_device_batch,
-                     gradient_accumulation_steps=grad_accum_steps, max_steps=max_steps, learning_rate=learning_rate,
-                     activation_checkpointing=True,  # load_qlora turned it on in the model already; this says so
-                     logging_steps=1, save_strategy="no", disable_tqdm=True,
-                     dataloader_pin_memory=bool(machine.gpus))
+args = training_args(
+    "build/checkpoints",
+    per_device_train_batch_size=per_device_batch,
+    gradient_accumulation_steps=grad_accum_steps,
+    max_steps=max_steps,
+    learning_rate=learning_rate,
+    activation_checkpointing=True,  # load_qlora turned it on in the model already; this says so
+    logging_steps=1,
+    save_strategy="no",
+    disable_tqdm=True,
+    dataloader_pin_memory=bool(machine.gpus),
+)
 trainer = Trainer(model=model, args=args, train_dataset=train_data)
 trainer.remove_callback(PrinterCallback)  # the losses are printed below, one line for the whole run
 with measure("QLoRA training", model=model) as readout:
     result = trainer.train()
 losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-print(f"{result.global_step} steps of {per_device_batch} x {grad_accum_steps} sequences, "
-      f"loss by step: {', '.join(f'{x:.3f}' for x in losses)}")
+print(
+    f"{result.global_step} steps of {per_device_batch} x {grad_accum_steps} sequences, "
+    f"loss by step: {', '.join(f'{x:.3f}' for x in losses)}"
+)
 helpers.record("train_losses", [round(x, 4) for x in losses])
 
 # %%
-frozen_changed = [n for n, p in model.named_parameters()
-                  if not p.requires_grad and not torch.equal(p.detach().cpu(), frozen_before[n])]
-adapters_changed = [n for n, p in model.named_parameters()
-                    if p.requires_grad and not torch.equal(p.detach().cpu(), adapters_before[n])]
-print(f"frozen tensors (4-bit codes, embeddings, norms): {len(frozen_changed)} of {len(frozen_before)} changed, "
-      f"compared byte for byte")
+frozen_changed = [
+    n
+    for n, p in model.named_parameters()
+    if not p.requires_grad and not torch.equal(p.detach().cpu(), frozen_before[n])
+]
+adapters_changed = [
+    n for n, p in model.named_parameters() if p.requires_grad and not torch.equal(p.detach().cpu(), adapters_before[n])
+]
+print(
+    f"frozen tensors (4-bit codes, embeddings, norms): {len(frozen_changed)} of {len(frozen_before)} changed, "
+    f"compared byte for byte"
+)
 print(f"adapter tensors (A and B of every layer): {len(adapters_changed)} of {len(adapters_before)} changed")
 helpers.record("frozen_changed", len(frozen_changed))
 helpers.record("adapters_changed_fraction", round(len(adapters_changed) / len(adapters_before), 4))
@@ -336,18 +382,31 @@ helpers.record("adapters_changed_fraction", round(len(adapters_changed) / len(ad
 # estimator's `allocated` line (what `torch.cuda.max_memory_allocated` reports).
 
 # %%
-e = estimate_training_memory(model.config, batch_size=per_device_batch, seq_len=seq_len, method="qlora",
-                             lora_r=lora_r, lora_dropout=0.05, checkpointing=True, precision=machine.precision.name,
-                             grad_accum_steps=grad_accum_steps, device="cuda" if machine.gpus else "cpu")
+e = estimate_training_memory(
+    model.config,
+    batch_size=per_device_batch,
+    seq_len=seq_len,
+    method="qlora",
+    lora_r=lora_r,
+    lora_dropout=0.05,
+    checkpointing=True,
+    precision=machine.precision.name,
+    grad_accum_steps=grad_accum_steps,
+    device="cuda" if machine.gpus else "cpu",
+)
 error = (e.activations - readout["activations"]) / readout["activations"]
-print(f"activations held for backward: measured {readout['activations'] / 2**20:,.2f} MiB, "
-      f"predicted {e.activations / 2**20:,.2f} MiB ({100 * error:+.2f} %)")
+print(
+    f"activations held for backward: measured {readout['activations'] / 2**20:,.2f} MiB, "
+    f"predicted {e.activations / 2**20:,.2f} MiB ({100 * error:+.2f} %)"
+)
 helpers.record("activations_mib", round(readout["activations"] / 2**20, 4))
 helpers.record("activation_error_pct", round(100 * error, 3))
 if machine.gpus:
     peak = readout["peak_allocated"]
-    print(f"peak allocated: measured {peak / 2**20:,.0f} MiB (torch.cuda.max_memory_allocated), "
-          f"predicted {e.allocated / 2**20:,.0f} MiB ({100 * (e.allocated - peak) / peak:+.1f} %)")
+    print(
+        f"peak allocated: measured {peak / 2**20:,.0f} MiB (torch.cuda.max_memory_allocated), "
+        f"predicted {e.allocated / 2**20:,.0f} MiB ({100 * (e.allocated - peak) / peak:+.1f} %)"
+    )
     helpers.record("peak_allocated_mib", round(peak / 2**20, 1))
     helpers.record("predicted_allocated_mib", round(e.allocated / 2**20, 1))
 else:
@@ -361,7 +420,7 @@ else:
 # they cost until the job fits the card:
 
 # %%
-from helpers.estimate import format_plan, plan
+from helpers.plan import format_plan, plan
 
 steps = plan(plan_model, plan_gpu, batch_size=plan_batch, seq_len=plan_seq_len)
 print(format_plan(steps, plan_gpu))
@@ -379,11 +438,15 @@ print(qlora.table())
 counts = shape_of(plan_model).parameter_counts()
 kept = counts["embeddings"] + counts["head"] + counts["other"]
 no_dq = estimate_training_memory(plan_model, **{**qlora.settings, "double_quant": False})
-print(f"\nthe weights line: {counts['linear'] / 1e9:.2f}B linear weights in NF4 "
-      f"{counts['linear'] * (4 + constant_bits[True]) / 8 / 2**30:.2f} GiB + embeddings, head and norms in fp32 "
-      f"{4 * kept / 2**30:.2f} GiB + adapters in fp32 {4 * qlora.trainable / 2**30:.2f} GiB")
-print(f"without double quantization the total would be {no_dq.total / 2**30:.2f} GiB, "
-      f"{(no_dq.total - qlora.total) / 2**30:.2f} GiB more")
+print(
+    f"\nthe weights line: {counts['linear'] / 1e9:.2f}B linear weights in NF4 "
+    f"{counts['linear'] * (4 + constant_bits[True]) / 8 / 2**30:.2f} GiB + embeddings, head and norms in fp32 "
+    f"{4 * kept / 2**30:.2f} GiB + adapters in fp32 {4 * qlora.trainable / 2**30:.2f} GiB"
+)
+print(
+    f"without double quantization the total would be {no_dq.total / 2**30:.2f} GiB, "
+    f"{(no_dq.total - qlora.total) / 2**30:.2f} GiB more"
+)
 helpers.record("qlora_7b_weights_gib", round(qlora.weights / 2**30, 2))
 
 # %% [markdown]

@@ -19,7 +19,12 @@
 # %% tags=["install"]
 # Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
 # nothing happens where the kit is installed already (a clone set up with `make`, or a second run).
-import importlib.metadata as metadata, os, socket, subprocess, sys, tempfile
+import importlib.metadata as metadata
+import os
+import socket
+import subprocess
+import sys
+import tempfile
 
 if not any(metadata.distributions(name="compute-realities-kit")):
     repo, branch = "compute-realities/finetune-kit", "main"
@@ -27,14 +32,16 @@ if not any(metadata.distributions(name="compute-realities-kit")):
         try:
             socket.create_connection(("github.com", 443), timeout=5).close()
         except OSError:
-            raise RuntimeError("This Kaggle session has no internet. Open Settings > Internet, switch it On "
-                               "(it needs a phone-verified account), then run this cell again.") from None
+            raise RuntimeError(
+                "This Kaggle session has no internet. Open Settings > Internet, switch it On "
+                "(it needs a phone-verified account), then run this cell again."
+            ) from None
     runtime_pins = os.path.join(tempfile.mkdtemp(), "runtime-pins.txt")  # pip may not replace the runtime's torch
     with open(runtime_pins, "w") as f:
         f.writelines(f"torch=={d.version}\n" for d in metadata.distributions(name="torch"))
-    pip = [sys.executable, "-m", "pip", "install", "--retries", "1",
-           "-c", f"https://raw.githubusercontent.com/{repo}/{branch}/requirements.txt", "-c", runtime_pins,
-           f"git+https://github.com/{repo}.git@{branch}"]
+    pins = f"https://raw.githubusercontent.com/{repo}/{branch}/requirements.txt"
+    pip = [sys.executable, "-m", "pip", "install", "--retries", "1", "-c", pins, "-c", runtime_pins]
+    pip.append(f"git+https://github.com/{repo}.git@{branch}")
     print(f"Installing the kit from github.com/{repo} ...")
     done = subprocess.run(pip, capture_output=True, text=True)  # pip's output only if it fails
     if done.returncode != 0:
@@ -56,19 +63,18 @@ project = "kit-06-tracking"  # the wandb project the runs go to
 # %% [markdown]
 # ## The model, the data and one training run
 #
-# The course dataset as one stream of tokens, cut into sequences of `seq_len`; the last 16
-# sequences are held out for evaluation. `train(seed)` is one complete run: it seeds every random
-# generator with `seed_everything`, copies the base model, and trains it with the Trainer (which
-# seeds again from `seed=`).
+# The course dataset as one stream of tokens, cut into sequences of `seq_len` (`pack_course_data`,
+# as in notebooks 03 to 05); the last 16 sequences are held out for evaluation. `train(seed)` is
+# one complete run: it seeds every random generator with `seed_everything`, copies the base model,
+# and trains it with the Trainer (which seeds again from `seed=`).
 
 # %%
 import copy
 
 import torch
-from datasets import Dataset
 
 import helpers
-from helpers.data import load_course_data
+from helpers.data import pack_course_data
 from helpers.env import describe
 from helpers.models import load_model
 from helpers.seeds import seed_everything
@@ -77,24 +83,26 @@ from helpers.training import training_args
 machine = describe()
 print(machine.summary())
 base, tokenizer = load_model(model_id, smoke=smoke, dtype=torch.float32)  # fp32; a GPU trains it under autocast
-rows = load_course_data()
-stream = [t for ids in tokenizer([r["instruction"] + "\n" + r["response"] for r in rows])["input_ids"]
-          for t in ids + [tokenizer.eos_token_id]]
-blocks = torch.tensor(stream[: len(stream) // seq_len * seq_len]).view(-1, seq_len).tolist()
-train_data = Dataset.from_dict({"input_ids": blocks[:-16], "labels": blocks[:-16]})
-eval_data = Dataset.from_dict({"input_ids": blocks[-16:], "labels": blocks[-16:]})
+split = pack_course_data(tokenizer, seq_len).train_test_split(test_size=16, shuffle=False)  # the last 16 held out
+train_data, eval_data = split["train"], split["test"]
 save_every = max(1, max_steps // 2)
 print(f"{len(train_data)} training and {len(eval_data)} evaluation sequences of {seq_len} tokens")
-settings = dict(per_device_train_batch_size=per_device_batch, gradient_accumulation_steps=grad_accum_steps,
-                learning_rate=learning_rate, max_steps=max_steps, logging_steps=1, disable_tqdm=True,
-                dataloader_pin_memory=bool(machine.gpus))
+settings = dict(
+    per_device_train_batch_size=per_device_batch,
+    gradient_accumulation_steps=grad_accum_steps,
+    learning_rate=learning_rate,
+    max_steps=max_steps,
+    logging_steps=1,
+    disable_tqdm=True,
+    dataloader_pin_memory=bool(machine.gpus),
+)
 _ = training_args("build/checkpoints", seed=seeds[0], **settings)  # what every run below uses, each with its seed
 
 # %%
 from transformers import PrinterCallback, Trainer
 from transformers.utils import logging as hf_logging
 
-from helpers.tracking import ManifestCallback
+from helpers.manifest import ManifestCallback
 
 hf_logging.disable_progress_bar()  # no "Writing model shards" bar at every checkpoint
 
@@ -103,12 +111,25 @@ def train(seed, output_dir="build/checkpoints", report_to="none", save=False):
     """One run from the base model: returns the Trainer, its losses in trainer.state.log_history."""
     seed_everything(seed)
     model = copy.deepcopy(base)  # every run starts from the same weights
-    args = training_args(output_dir, seed=seed, report_to=report_to, quiet=True, **settings,
-                         eval_strategy="steps" if save else "no", eval_steps=save_every,
-                         save_strategy="steps" if save else "no", save_steps=save_every,
-                         save_only_model=True)  # weights and manifest: enough to evaluate, not to resume
-    trainer = Trainer(model=model, args=args, train_dataset=train_data, eval_dataset=eval_data,
-                      callbacks=[ManifestCallback(dataset=train_data)])  # a manifest in every checkpoint
+    args = training_args(
+        output_dir,
+        seed=seed,
+        report_to=report_to,
+        quiet=True,
+        **settings,
+        eval_strategy="steps" if save else "no",
+        eval_steps=save_every,
+        save_strategy="steps" if save else "no",
+        save_steps=save_every,
+        save_only_model=True,
+    )  # weights and manifest: enough to evaluate, not to resume
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=train_data,
+        eval_dataset=eval_data,
+        callbacks=[ManifestCallback(dataset=train_data)],
+    )  # a manifest in every checkpoint
     trainer.remove_callback(PrinterCallback)  # the losses are printed below, one line per run
     trainer.train()
     return trainer
@@ -116,6 +137,7 @@ def train(seed, output_dir="build/checkpoints", report_to="none", save=False):
 
 def losses(trainer):
     return [h["loss"] for h in trainer.state.log_history if "loss" in h]
+
 
 # %% [markdown]
 # ## Same seed, same losses
@@ -128,8 +150,10 @@ again = losses(train(seeds[0]))
 same_seed_diff = max(abs(a - b) for a, b in zip(first, again))
 print(f"seed {seeds[0]}, run 1: loss by step {' '.join(f'{x:.6f}' for x in first)}")
 print(f"seed {seeds[0]}, run 2: loss by step {' '.join(f'{x:.6f}' for x in again)}")
-print(f"largest difference between the two runs: {same_seed_diff!r}"
-      + (" (identical, bit for bit)" if same_seed_diff == 0 else ""))
+print(
+    f"largest difference between the two runs: {same_seed_diff!r}"
+    + (" (identical, bit for bit)" if same_seed_diff == 0 else "")
+)
 helpers.record("same_seed_max_abs_diff", same_seed_diff)
 
 # %% [markdown]
@@ -168,9 +192,15 @@ from helpers.tracking import init_tracking
 
 runs_dir = Path("build/runs")
 shutil.rmtree(runs_dir, ignore_errors=True)  # checkpoints of an earlier run of this cell must not join the comparison
-config = {"model_id": model_id, "per_device_batch": per_device_batch, "grad_accum_steps": grad_accum_steps,
-          "effective_batch": per_device_batch * grad_accum_steps, "seq_len": seq_len,
-          "learning_rate": learning_rate, "max_steps": max_steps}
+config = {
+    "model_id": model_id,
+    "per_device_batch": per_device_batch,
+    "grad_accum_steps": grad_accum_steps,
+    "effective_batch": per_device_batch * grad_accum_steps,
+    "seq_len": seq_len,
+    "learning_rate": learning_rate,
+    "max_steps": max_steps,
+}
 trainers = {}
 
 
@@ -192,8 +222,10 @@ for step, row in enumerate(zip(first, *(losses(trainers[s]) for s in seeds)), 1)
     print(f"{step:4} {row[0]:14.6f}" + "".join(f"{x:12.6f}" for x in row[1:]))
 in_sweep_diff = max(abs(a - b) for a, b in zip(first, losses(trainers[seeds[0]])))
 other_seed_diff = max((abs(a - b) for s in seeds[1:] for a, b in zip(first, losses(trainers[s]))), default=0.0)
-print(f"seed {seeds[0]} again, now tracked and saved: largest difference {in_sweep_diff!r}; "
-      f"other seeds: up to {other_seed_diff:.6f}")
+print(
+    f"seed {seeds[0]} again, now tracked and saved: largest difference {in_sweep_diff!r}; "
+    f"other seeds: up to {other_seed_diff:.6f}"
+)
 helpers.record("seed_in_sweep_max_abs_diff", in_sweep_diff)
 helpers.record("other_seed_max_abs_diff", other_seed_diff)
 
@@ -210,10 +242,14 @@ import math
 from helpers.seeds import plot_seeds
 
 decimals = max(1, 1 - math.floor(math.log10(runs.std))) if runs.std > 0 else 4  # two significant digits of the std
-print(f"final eval loss = {runs.mean:.{decimals}f} ± {runs.std:.{decimals}f} (mean ± std over n = {len(seeds)} "
-      f"seeds; from {min(runs.values):.{decimals}f} to {max(runs.values):.{decimals}f})")
-print(f"a change to the recipe must move the mean by more than a couple of standard deviations, "
-      f"2 x {runs.std:.{decimals}f} = {2 * runs.std:.{decimals}f}, before these seeds tell it from noise")
+print(
+    f"final eval loss = {runs.mean:.{decimals}f} ± {runs.std:.{decimals}f} (mean ± std over n = {len(seeds)} "
+    f"seeds; from {min(runs.values):.{decimals}f} to {max(runs.values):.{decimals}f})"
+)
+print(
+    f"a change to the recipe must move the mean by more than a couple of standard deviations, "
+    f"2 x {runs.std:.{decimals}f} = {2 * runs.std:.{decimals}f}, before these seeds tell it from noise"
+)
 helpers.record("eval_loss_per_seed", runs.values)
 helpers.record("eval_loss_mean", runs.mean)
 helpers.record("eval_loss_std", runs.std)
@@ -236,7 +272,7 @@ ax = plot_seeds(runs)
 # the save, so choosing the best checkpoint needs nothing but the manifests:
 
 # %%
-from helpers.tracking import load_manifest
+from helpers.manifest import load_manifest
 
 checkpoints = sorted(runs_dir.glob("seed-*/checkpoint-*"))
 eval_loss = {c: load_manifest(c)["metrics"]["last_eval_log"]["eval_loss"] for c in checkpoints}
@@ -250,22 +286,34 @@ manifest = load_manifest(best)
 training, model_info, kit = manifest["training"], manifest["model"], manifest["kit"]
 print(f"read back from {best / 'run_manifest.json'}:")
 print(f"  seed              {training['seed']}")
-print(f"  effective batch   {training['effective_batch']} = per_device_batch {training['per_device_batch']} x "
-      f"grad_accum_steps {training['grad_accum_steps']} x num_devices {training['num_devices']}")
-print(f"  learning rate     {training['args']['learning_rate']}; saved at step {manifest['step']} "
-      f"of {training['args']['max_steps']}")
-print(f"  model             {model_info['id']} (revision {model_info['revision']}, commit {model_info['commit']}), "
-      f"{model_info['trainable_parameters']:,} trainable parameters")
+print(
+    f"  effective batch   {training['effective_batch']} = per_device_batch {training['per_device_batch']} x "
+    f"grad_accum_steps {training['grad_accum_steps']} x num_devices {training['num_devices']}"
+)
+print(
+    f"  learning rate     {training['args']['learning_rate']}; saved at step {manifest['step']} "
+    f"of {training['args']['max_steps']}"
+)
+print(
+    f"  model             {model_info['id']} (revision {model_info['revision']}, commit {model_info['commit']}), "
+    f"{model_info['trainable_parameters']:,} trainable parameters"
+)
 print(f"  data              fingerprint {manifest['data']['fingerprint']}, {manifest['data']['num_rows']} rows")
 print(f"  packages          {', '.join(f'{k} {v}' for k, v in manifest['packages'].items())}")
-print(f"  kit               {kit['version']}, commit {(kit['commit'] or 'unknown')[:12]}"
-      + (" with uncommitted changes" if kit["dirty"] else ""))
-print(f"  machine           {manifest['machine']['platform']}, "
-      f"{', '.join(g['name'] for g in manifest['machine']['gpus']) or 'no GPU'}, "
-      f"precision {manifest['machine']['precision']['name']}")
+print(
+    f"  kit               {kit['version']}, commit {(kit['commit'] or 'unknown')[:12]}"
+    + (" with uncommitted changes" if kit["dirty"] else "")
+)
+print(
+    f"  machine           {manifest['machine']['platform']}, "
+    f"{', '.join(g['name'] for g in manifest['machine']['gpus']) or 'no GPU'}, "
+    f"precision {manifest['machine']['precision']['name']}"
+)
 tracked = manifest["tracking"]  # None when tracking was disabled
-print("  tracking          " + (f"{tracked['mode']} wandb run {tracked['run_id']} in project {tracked['project']}"
-                              if tracked else "none"))
+print(
+    "  tracking          "
+    + (f"{tracked['mode']} wandb run {tracked['run_id']} in project {tracked['project']}" if tracked else "none")
+)
 helpers.record("best_checkpoint", best.as_posix())
 helpers.record("best_checkpoint_seed", int(best.parent.name.removeprefix("seed-")))
 helpers.record("manifest_seed", training["seed"])

@@ -21,7 +21,12 @@
 # %% tags=["install"]
 # Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
 # nothing happens where the kit is installed already (a clone set up with `make`, or a second run).
-import importlib.metadata as metadata, os, socket, subprocess, sys, tempfile
+import importlib.metadata as metadata
+import os
+import socket
+import subprocess
+import sys
+import tempfile
 
 if not any(metadata.distributions(name="compute-realities-kit")):
     repo, branch = "compute-realities/finetune-kit", "main"
@@ -29,14 +34,16 @@ if not any(metadata.distributions(name="compute-realities-kit")):
         try:
             socket.create_connection(("github.com", 443), timeout=5).close()
         except OSError:
-            raise RuntimeError("This Kaggle session has no internet. Open Settings > Internet, switch it On "
-                               "(it needs a phone-verified account), then run this cell again.") from None
+            raise RuntimeError(
+                "This Kaggle session has no internet. Open Settings > Internet, switch it On "
+                "(it needs a phone-verified account), then run this cell again."
+            ) from None
     runtime_pins = os.path.join(tempfile.mkdtemp(), "runtime-pins.txt")  # pip may not replace the runtime's torch
     with open(runtime_pins, "w") as f:
         f.writelines(f"torch=={d.version}\n" for d in metadata.distributions(name="torch"))
-    pip = [sys.executable, "-m", "pip", "install", "--retries", "1",
-           "-c", f"https://raw.githubusercontent.com/{repo}/{branch}/requirements.txt", "-c", runtime_pins,
-           f"git+https://github.com/{repo}.git@{branch}"]
+    pins = f"https://raw.githubusercontent.com/{repo}/{branch}/requirements.txt"
+    pip = [sys.executable, "-m", "pip", "install", "--retries", "1", "-c", pins, "-c", runtime_pins]
+    pip.append(f"git+https://github.com/{repo}.git@{branch}")
     print(f"Installing the kit from github.com/{repo} ...")
     done = subprocess.run(pip, capture_output=True, text=True)  # pip's output only if it fails
     if done.returncode != 0:
@@ -105,10 +112,12 @@ if machine.gpus:
 else:
     backend = "gloo"
     rule = "=" * 78
-    print(f"{rule}\n NO GPU: launching 2 CPU processes instead of 2 GPU processes\n"
-          " they exchange gradients over gloo instead of NCCL; the code and the checks are the same\n"
-          " on Kaggle's T4 x2 this cell says 2 GPUs, and the same cells train on both cards\n"
-          f"{rule}")
+    print(
+        f"{rule}\n NO GPU: launching 2 CPU processes instead of 2 GPU processes\n"
+        " they exchange gradients over gloo instead of NCCL; the code and the checks are the same\n"
+        " on Kaggle's T4 x2 this cell says 2 GPUs, and the same cells train on both cards\n"
+        f"{rule}"
+    )
 helpers.record("num_processes", num_processes)
 helpers.record("backend", backend)
 
@@ -142,6 +151,7 @@ print(f"bitsandbytes imported: {'bitsandbytes' in sys.modules}; CUDA initialised
 # to a small JSON file: the children cannot hand Python objects back to the notebook, but they
 # share its working folder.
 
+
 # %%
 def train_ddp(config):
     """Train one data-parallel copy of the model; gather checksums, step sizes and memory from every process."""
@@ -155,7 +165,7 @@ def train_ddp(config):
     from accelerate import Accelerator
     from accelerate.utils import gather_object, set_seed
 
-    from helpers.data import load_course_data
+    from helpers.data import pack_course_data
     from helpers.env import choose_precision, detect_gpus
     from helpers.memory import measure
     from helpers.models import load_model
@@ -165,8 +175,9 @@ def train_ddp(config):
     precision = {"bf16": "bf16", "fp16": "fp16"}.get(choose_precision(gpus).name, "no")
     with warnings.catch_warnings():  # on CPU, accelerate gives each process cores / processes threads, and says so
         warnings.filterwarnings("ignore", message="OMP_NUM_THREADS")
-        accelerator = Accelerator(cpu=not gpus, mixed_precision=precision,
-                                  gradient_accumulation_steps=config["grad_accum_steps"])
+        accelerator = Accelerator(
+            cpu=not gpus, mixed_precision=precision, gradient_accumulation_steps=config["grad_accum_steps"]
+        )
     rank = accelerator.process_index
     set_seed(config["seed"])
 
@@ -176,11 +187,8 @@ def train_ddp(config):
         model, tokenizer = load_model(config["model_id"], smoke=config["smoke"], dtype=torch.float32)
     model.config.use_cache = False
 
-    # 3. the course dataset as one stream of tokens, cut into blocks of seq_len
-    seq_len = config["seq_len"]
-    texts = [r["instruction"] + "\n" + r["response"] for r in load_course_data()]
-    stream = [t for ids in tokenizer(texts)["input_ids"] for t in ids + [tokenizer.eos_token_id]]
-    blocks = torch.tensor(stream[: len(stream) // seq_len * seq_len]).view(-1, seq_len)
+    # 3. the course dataset as one stream of tokens, cut into blocks of seq_len: a (blocks, seq_len) tensor
+    blocks = pack_course_data(tokenizer, config["seq_len"])["input_ids"][:]
     loader = torch.utils.data.DataLoader(blocks, batch_size=config["per_device_batch"], shuffle=True, drop_last=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config["learning_rate"])
 
@@ -212,16 +220,29 @@ def train_ddp(config):
     weights = [p.detach().double() for p in accelerator.unwrap_model(model).parameters()]
     checksum = torch.stack([sum(w.sum() for w in weights), sum((w * w).sum() for w in weights)])
     checksums = accelerator.gather(checksum.to(accelerator.device).unsqueeze(0)).tolist()  # (processes, 2)
-    ranks = gather_object([{
-        "rank": rank, "device": "cpu" if accelerator.device.type == "cpu" else str(accelerator.device),
-        "first_batch_token_sum": first_batch,
-        "last_loss": losses[-1], "sequences_per_step": per_step[0], "seconds": seconds, "memory": memory.as_dict(),
-    }])
+    ranks = gather_object(
+        [
+            {
+                "rank": rank,
+                "device": "cpu" if accelerator.device.type == "cpu" else str(accelerator.device),
+                "first_batch_token_sum": first_batch,
+                "last_loss": losses[-1],
+                "sequences_per_step": per_step[0],
+                "seconds": seconds,
+                "memory": memory.as_dict(),
+            }
+        ]
+    )
     report = {
-        "num_processes": accelerator.num_processes, "distributed_type": str(accelerator.distributed_type),
-        "backend": accelerator.state.backend, "mixed_precision": precision, "steps": steps,
-        "per_device_batch": config["per_device_batch"], "grad_accum_steps": config["grad_accum_steps"],
-        "checksums": checksums, "ranks": ranks,
+        "num_processes": accelerator.num_processes,
+        "distributed_type": str(accelerator.distributed_type),
+        "backend": accelerator.state.backend,
+        "mixed_precision": precision,
+        "steps": steps,
+        "per_device_batch": config["per_device_batch"],
+        "grad_accum_steps": config["grad_accum_steps"],
+        "checksums": checksums,
+        "ranks": ranks,
     }
     if accelerator.is_main_process:
         with open(config["result_file"], "w") as f:
@@ -261,16 +282,26 @@ work = Path("build")  # this notebook's files: the processes' results, and train
 work.mkdir(exist_ok=True)
 result_file = (work / "ddp_result.json").resolve()  # rank 0 writes it, this notebook reads it
 result_file.unlink(missing_ok=True)
-config = dict(model_id=model_id, smoke=smoke, per_device_batch=per_device_batch, grad_accum_steps=grad_accum_steps,
-              seq_len=seq_len, max_steps=max_steps, learning_rate=learning_rate, seed=seed,
-              result_file=str(result_file))
+config = dict(
+    model_id=model_id,
+    smoke=smoke,
+    per_device_batch=per_device_batch,
+    grad_accum_steps=grad_accum_steps,
+    seq_len=seq_len,
+    max_steps=max_steps,
+    learning_rate=learning_rate,
+    seed=seed,
+    result_file=str(result_file),
+)
 start = time.perf_counter()
 notebook_launcher(train_ddp, args=(config,), num_processes=num_processes, use_port=str(port))
 launch_seconds = time.perf_counter() - start
 report = json.loads(result_file.read_text())
-print(f"{report['num_processes']} processes ({report['distributed_type']}, backend {report['backend']}, "
-      f"mixed precision {report['mixed_precision']}): {report['steps']} optimizer steps, "
-      f"{launch_seconds:.1f} s from launch to the last process's exit")
+print(
+    f"{report['num_processes']} processes ({report['distributed_type']}, backend {report['backend']}, "
+    f"mixed precision {report['mixed_precision']}): {report['steps']} optimizer steps, "
+    f"{launch_seconds:.1f} s from launch to the last process's exit"
+)
 helpers.record("launch_seconds", round(launch_seconds, 1))
 helpers.record("processes_ran", report["num_processes"])
 
@@ -283,8 +314,10 @@ helpers.record("processes_ran", report["num_processes"])
 
 # %%
 for r, (total, squares) in zip(report["ranks"], report["checksums"]):
-    print(f"rank {r['rank']} on {r['device']}: first micro-batch token sum {r['first_batch_token_sum']:>8,}, "
-          f"last loss {r['last_loss']:.4f} | weights: sum {total:.10f}, sum of squares {squares:.10f}")
+    print(
+        f"rank {r['rank']} on {r['device']}: first micro-batch token sum {r['first_batch_token_sum']:>8,}, "
+        f"last loss {r['last_loss']:.4f} | weights: sum {total:.10f}, sum of squares {squares:.10f}"
+    )
 in_sync = all(c == report["checksums"][0] for c in report["checksums"])
 different_data = len({r["first_batch_token_sum"] for r in report["ranks"]}) == len(report["ranks"])
 print(f"parameters identical in every process: {in_sync}; every process had its own data: {different_data}")
@@ -308,15 +341,21 @@ helpers.record("different_data_per_rank", different_data)
 # %%
 for r in report["ranks"]:
     m = r["memory"]
-    peak = (f"peak allocated {m['peak_allocated'] / 2**20:,.0f} MiB, reserved {m['peak_reserved'] / 2**20:,.0f} MiB"
-            if "peak_allocated" in m else f"peak RSS growth {m['rss_peak_delta'] / 2**20:,.0f} MiB (whole process)")
-    print(f"rank {r['rank']}: weights {m['weights'] / 2**20:7.2f} MiB, gradients {m['gradients'] / 2**20:7.2f} MiB, "
-          f"AdamW {m['optimizer'] / 2**20:7.2f} MiB, activations {m['activations'] / 2**20:7.2f} MiB | {peak}")
+    peak = (
+        f"peak allocated {m['peak_allocated'] / 2**20:,.0f} MiB, reserved {m['peak_reserved'] / 2**20:,.0f} MiB"
+        if "peak_allocated" in m
+        else f"peak RSS growth {m['rss_peak_delta'] / 2**20:,.0f} MiB (whole process)"
+    )
+    print(
+        f"rank {r['rank']}: weights {m['weights'] / 2**20:7.2f} MiB, gradients {m['gradients'] / 2**20:7.2f} MiB, "
+        f"AdamW {m['optimizer'] / 2**20:7.2f} MiB, activations {m['activations'] / 2**20:7.2f} MiB | {peak}"
+    )
 for card in read_gpu_memory():
     print(f"after the launch, through NVML: {card}")
 if "peak_allocated" in report["ranks"][0]["memory"]:
-    helpers.record("peak_allocated_mib_per_rank",
-                   [round(r["memory"]["peak_allocated"] / 2**20, 1) for r in report["ranks"]])
+    helpers.record(
+        "peak_allocated_mib_per_rank", [round(r["memory"]["peak_allocated"] / 2**20, 1) for r in report["ranks"]]
+    )
 helpers.record("weights_mib_per_rank", [round(r["memory"]["weights"] / 2**20, 2) for r in report["ranks"]])
 helpers.record("optimizer_mib_per_rank", [round(r["memory"]["optimizer"] / 2**20, 2) for r in report["ranks"]])
 
@@ -335,10 +374,14 @@ helpers.record("optimizer_mib_per_rank", [round(r["memory"]["optimizer"] / 2**20
 # %%
 counted = sum(r["sequences_per_step"] for r in report["ranks"])
 effective_batch = per_device_batch * grad_accum_steps * report["num_processes"]
-print(f"effective batch = per_device_batch {per_device_batch} x grad_accum_steps {grad_accum_steps} "
-      f"x num_devices {report['num_processes']} = {effective_batch}")
-print(f"sequences per optimizer step, counted: {' + '.join(str(r['sequences_per_step']) for r in report['ranks'])} "
-      f"= {counted}")
+print(
+    f"effective batch = per_device_batch {per_device_batch} x grad_accum_steps {grad_accum_steps} "
+    f"x num_devices {report['num_processes']} = {effective_batch}"
+)
+print(
+    f"sequences per optimizer step, counted: {' + '.join(str(r['sequences_per_step']) for r in report['ranks'])} "
+    f"= {counted}"
+)
 assert counted == effective_batch
 helpers.record("effective_batch", effective_batch)
 helpers.record("effective_batch_counted", counted)
@@ -352,8 +395,10 @@ helpers.record("grad_accum_steps", grad_accum_steps)
 
 # %%
 for devices, accumulation in ((1, grad_accum_steps * 2), (2, grad_accum_steps)):
-    print(f"{devices} device(s): per_device_batch {per_device_batch} x grad_accum_steps {accumulation:2} "
-          f"x num_devices {devices} = {per_device_batch * accumulation * devices}")
+    print(
+        f"{devices} device(s): per_device_batch {per_device_batch} x grad_accum_steps {accumulation:2} "
+        f"x num_devices {devices} = {per_device_batch * accumulation * devices}"
+    )
 
 # %% [markdown]
 # Half the accumulation steps means half the micro-batches each card runs per step, so a step

@@ -19,7 +19,12 @@
 # %% tags=["install"]
 # Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
 # nothing happens where the kit is installed already (a clone set up with `make`, or a second run).
-import importlib.metadata as metadata, os, socket, subprocess, sys, tempfile
+import importlib.metadata as metadata
+import os
+import socket
+import subprocess
+import sys
+import tempfile
 
 if not any(metadata.distributions(name="compute-realities-kit")):
     repo, branch = "compute-realities/finetune-kit", "main"
@@ -27,14 +32,16 @@ if not any(metadata.distributions(name="compute-realities-kit")):
         try:
             socket.create_connection(("github.com", 443), timeout=5).close()
         except OSError:
-            raise RuntimeError("This Kaggle session has no internet. Open Settings > Internet, switch it On "
-                               "(it needs a phone-verified account), then run this cell again.") from None
+            raise RuntimeError(
+                "This Kaggle session has no internet. Open Settings > Internet, switch it On "
+                "(it needs a phone-verified account), then run this cell again."
+            ) from None
     runtime_pins = os.path.join(tempfile.mkdtemp(), "runtime-pins.txt")  # pip may not replace the runtime's torch
     with open(runtime_pins, "w") as f:
         f.writelines(f"torch=={d.version}\n" for d in metadata.distributions(name="torch"))
-    pip = [sys.executable, "-m", "pip", "install", "--retries", "1",
-           "-c", f"https://raw.githubusercontent.com/{repo}/{branch}/requirements.txt", "-c", runtime_pins,
-           f"git+https://github.com/{repo}.git@{branch}"]
+    pins = f"https://raw.githubusercontent.com/{repo}/{branch}/requirements.txt"
+    pip = [sys.executable, "-m", "pip", "install", "--retries", "1", "-c", pins, "-c", runtime_pins]
+    pip.append(f"git+https://github.com/{repo}.git@{branch}")
     print(f"Installing the kit from github.com/{repo} ...")
     done = subprocess.run(pip, capture_output=True, text=True)  # pip's output only if it fails
     if done.returncode != 0:
@@ -93,8 +100,10 @@ if platform == "colab":
         survives = "yes: Google Drive outlives the Colab runtime"
     except Exception as error:  # refused, timed out, or no Drive: keep going, but say what it costs
         runs = Path("/content/runs")
-        survives = (f"NO: Google Drive could not be mounted ({type(error).__name__}: {error}). These checkpoints "
-                    "vanish with the runtime; run this cell again and allow Drive access to keep them")
+        survives = (
+            f"NO: Google Drive could not be mounted ({type(error).__name__}: {error}). These checkpoints "
+            "vanish with the runtime; run this cell again and allow Drive access to keep them"
+        )
 elif platform == "kaggle":
     runs = Path("/kaggle/working/runs")
     survives = "for this session; Save Version > Save & Run All keeps it as the notebook's output"
@@ -120,7 +129,8 @@ helpers.record("output_dir", str(output_dir))
 # %%
 import torch
 
-from helpers.models import is_embedded, load_qlora
+from helpers.models import is_embedded
+from helpers.qlora import load_qlora
 from helpers.seeds import seed_everything
 
 seed_everything(seed)
@@ -138,22 +148,28 @@ helpers.record("model", model_name)
 # a T4 by the kit's estimator (notebook 01) from its shape alone:
 
 # %%
-from helpers.estimate import estimate_training_memory, load_catalog
-from helpers.models import measure_footprint
+from helpers.catalog import load_catalog
+from helpers.estimate import estimate_training_memory
+from helpers.qlora import measure_footprint
 
 footprint = measure_footprint(model)
 adapters_training = footprint.trainable_params * 16  # fp32 weight + gradient + two AdamW moments
-print(f"loaded model, measured: frozen base {(footprint.quantized_bytes + footprint.other_bytes) / 2**20:,.2f} MiB "
-      f"({footprint.bits_per_quantized_weight:.2f} bits per quantized weight); {footprint.trainable_params:,} adapter "
-      f"parameters x 16 bytes = {adapters_training / 2**20:,.2f} MiB to train them")
+print(
+    f"loaded model, measured: frozen base {(footprint.quantized_bytes + footprint.other_bytes) / 2**20:,.2f} MiB "
+    f"({footprint.bits_per_quantized_weight:.2f} bits per quantized weight); {footprint.trainable_params:,} adapter "
+    f"parameters x 16 bytes = {adapters_training / 2**20:,.2f} MiB to train them"
+)
 catalog = {entry.get("hub_id"): name for name, entry in load_catalog("models").items()}
 planned = catalog.get(model_id, "Qwen2.5-7B")  # the model asked for, by its shape
-plan = estimate_training_memory(planned, batch_size=per_device_batch, seq_len=seq_len, precision="fp16",
-                                method="qlora", checkpointing=True)
-print(f"{planned} on a T4, estimated: weights {plan.weights / 2**30:.2f} GiB ({plan.parameters / 1e9:.1f}B "
-      f"parameters), adapter gradients + AdamW {(plan.gradients + plan.optimizer) / 2**30:.2f} GiB, activations "
-      f"{plan.activations / 2**30:.2f} GiB; {plan.total / 2**30:.1f} GiB in all with the CUDA context and the "
-      f"allocator's slack -> fits a T4: {plan.fits('T4')}")
+plan = estimate_training_memory(
+    planned, batch_size=per_device_batch, seq_len=seq_len, precision="fp16", method="qlora", checkpointing=True
+)
+print(
+    f"{planned} on a T4, estimated: weights {plan.weights / 2**30:.2f} GiB ({plan.parameters / 1e9:.1f}B "
+    f"parameters), adapter gradients + AdamW {(plan.gradients + plan.optimizer) / 2**30:.2f} GiB, activations "
+    f"{plan.activations / 2**30:.2f} GiB; {plan.total / 2**30:.1f} GiB in all with the CUDA context and the "
+    f"allocator's slack -> fits a T4: {plan.fits('T4')}"
+)
 helpers.record("adapter_params", footprint.trainable_params)
 helpers.record("planned_total_gib_t4", round(plan.total / 2**30, 2))
 
@@ -207,16 +223,24 @@ helpers.record("train_examples", len(train))
 # recorded offline, in the run's folder, and the cell prints the command that uploads it later.
 
 # %%
-from helpers.checkpoints import latest_valid_checkpoint
-from helpers.tracking import init_tracking, load_manifest
+from helpers.manifest import load_manifest
+from helpers.resume import latest_valid_checkpoint
+from helpers.tracking import init_tracking
 
 
 def start_tracking(resume_from):
     previous = load_manifest(resume_from)["tracking"] if resume_from else None
-    config = {"model": model_name, "seed": seed, "per_device_batch": per_device_batch,
-              "grad_accum_steps": grad_accum_steps, "learning_rate": learning_rate, "seq_len": seq_len}
-    return init_tracking("kit-08-capstone", config, name=run_name, dir=output_dir,
-                         run_id=previous["run_id"] if previous else None)
+    config = {
+        "model": model_name,
+        "seed": seed,
+        "per_device_batch": per_device_batch,
+        "grad_accum_steps": grad_accum_steps,
+        "learning_rate": learning_rate,
+        "seq_len": seq_len,
+    }
+    return init_tracking(
+        "kit-08-capstone", config, name=run_name, dir=output_dir, run_id=previous["run_id"] if previous else None
+    )
 
 
 resume_from = latest_valid_checkpoint(output_dir)
@@ -233,14 +257,17 @@ tracking = start_tracking(resume_from)
 # of notebooks 02 to 06.
 
 # %%
-from helpers.training import audit, training_args
+from helpers.audit import audit
+from helpers.training import training_args
 
 total_steps = max_steps if max_steps > 0 else -(-len(train) // (per_device_batch * grad_accum_steps)) * num_train_epochs
 if not save_steps < disconnect_after_step < total_steps:  # a short run (the smoke run): cut it in two around its middle
     save_steps = max(1, total_steps // 2)
     disconnect_after_step = min(save_steps + 1, total_steps - 1)
-    print(f"a {total_steps}-step run: a checkpoint every {save_steps} steps, the disconnect after step "
-          f"{disconnect_after_step}")
+    print(
+        f"a {total_steps}-step run: a checkpoint every {save_steps} steps, the disconnect after step "
+        f"{disconnect_after_step}"
+    )
 args = training_args(
     str(output_dir),
     per_device_train_batch_size=per_device_batch,
@@ -287,8 +314,8 @@ from peft import set_peft_model_state_dict
 from safetensors.torch import load_file
 from transformers import DataCollatorForLanguageModeling, Trainer, TrainerCallback
 
-from helpers.memory import LiveMemoryCallback
-from helpers.tracking import ManifestCallback
+from helpers.live import LiveMemoryCallback
+from helpers.manifest import ManifestCallback
 
 
 class SimulatedDisconnect(TrainerCallback):
@@ -305,8 +332,14 @@ class SimulatedDisconnect(TrainerCallback):
 def make_trainer(model, *callbacks):
     live = LiveMemoryCallback(every_n_steps=min(logging_steps, max(1, total_steps // 4)))
     collator = DataCollatorForLanguageModeling(tokenizer, mlm=False)  # labels = inputs, padding masked out
-    trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=held_out, data_collator=collator,
-                      callbacks=[live, ManifestCallback(model_id=model_name, dataset=train), *callbacks])
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=train,
+        eval_dataset=held_out,
+        data_collator=collator,
+        callbacks=[live, ManifestCallback(model_id=model_name, dataset=train), *callbacks],
+    )
     return trainer, live
 
 
@@ -318,8 +351,10 @@ def train_or_report(trainer, checkpoint):
     if checkpoint:
         state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
         if state["global_step"] >= state["max_steps"]:
-            print(f"{checkpoint} ends a finished run (step {state['global_step']} of {state['max_steps']}): nothing "
-                  "left to train, its adapter is loaded for the report. A new run_name trains a new run.")
+            print(
+                f"{checkpoint} ends a finished run (step {state['global_step']} of {state['max_steps']}): nothing "
+                "left to train, its adapter is loaded for the report. A new run_name trains a new run."
+            )
             set_peft_model_state_dict(trainer.model, load_file(Path(checkpoint) / "adapter_model.safetensors"))
             trainer.remove_callback(LiveMemoryCallback)  # no training to show (and it expects one to have begun)
             return state["global_step"], state["max_steps"]
@@ -331,8 +366,10 @@ def train_or_report(trainer, checkpoint):
 
 trainer, live = make_trainer(model, SimulatedDisconnect(disconnect_after_step))
 first_step, _ = train_or_report(trainer, resume_from)
-print(f"\nsession 1 ended at step {first_step}; on disk: "
-      f"{', '.join(sorted(p.name for p in output_dir.glob('checkpoint-*')))}")
+print(
+    f"\nsession 1 ended at step {first_step}; on disk: "
+    f"{', '.join(sorted(p.name for p in output_dir.glob('checkpoint-*')))}"
+)
 helpers.record("session1_last_step", first_step)
 
 # %% [markdown]
@@ -350,7 +387,7 @@ helpers.record("session1_last_step", first_step)
 # and weights, bit for bit). The steps after the last checkpoint are trained again.
 
 # %%
-from helpers.memory import free_memory
+from helpers.oom import free_memory
 
 tracking.finish()  # a real disconnect leaves the tracking run unfinished; resuming it works the same
 trainer, model = free_memory(trainer, model)
@@ -362,8 +399,10 @@ tracking = start_tracking(resume_from)
 trainer, live = make_trainer(model)
 final_step, run_steps = train_or_report(trainer, resume_from)
 redone = first_step - resumed_from_step
-print(f"\nsession 2 resumed from step {resumed_from_step} (session 1 had reached step {first_step}: {redone} "
-      f"step(s) trained again) and finished at step {final_step} of {run_steps}")
+print(
+    f"\nsession 2 resumed from step {resumed_from_step} (session 1 had reached step {first_step}: {redone} "
+    f"step(s) trained again) and finished at step {final_step} of {run_steps}"
+)
 assert final_step == run_steps
 helpers.record("resumed_from_step", resumed_from_step)
 helpers.record("steps_redone", redone)
@@ -380,8 +419,8 @@ helpers.record("final_step", final_step)
 # the spread (notebook 06).
 
 # %%
-from helpers.checkpoints import check_checkpoint, list_checkpoints
-from helpers.tracking import MANIFEST_NAME
+from helpers.manifest import MANIFEST_NAME
+from helpers.resume import check_checkpoint, list_checkpoints
 
 final_loss = trainer.evaluate()["eval_loss"]
 last_checkpoint = list_checkpoints(output_dir)[0]  # the newest: the one the run ended with
@@ -397,24 +436,42 @@ measured_by = {  # what the manifest's peak is, in words
 card = ", ".join(g["name"] for g in manifest["machine"]["gpus"]) or "CPU only, no GPU"
 size = f"{peak / 2**30:.2f} GiB" if peak >= 2**30 else f"{peak / 2**20:,.0f} MiB"
 lines = [
-    ("model", f"{manifest['model']['id']}, 4-bit NF4 + LoRA r={manifest['model']['adapters']['default']['r']}, "
-              f"{manifest['model']['trainable_parameters']:,} trainable parameters"),
-    ("effective batch", f"{t['effective_batch']} = per_device_batch {t['per_device_batch']} x grad_accum_steps "
-                        f"{t['grad_accum_steps']} x num_devices {t['num_devices']}"),
+    (
+        "model",
+        f"{manifest['model']['id']}, 4-bit NF4 + LoRA r={manifest['model']['adapters']['default']['r']}, "
+        f"{manifest['model']['trainable_parameters']:,} trainable parameters",
+    ),
+    (
+        "effective batch",
+        f"{t['effective_batch']} = per_device_batch {t['per_device_batch']} x grad_accum_steps "
+        f"{t['grad_accum_steps']} x num_devices {t['num_devices']}",
+    ),
     ("seed", f"{t['seed']} (one seed: no spread measured)"),
     ("learning rate", f"{t['args']['learning_rate']}, {t['args']['lr_scheduler_type']} schedule"),
     ("precision", "bf16" if t["args"]["bf16"] else "fp16" if t["args"]["fp16"] else "fp32"),
-    ("steps", f"{manifest['step']} optimizer steps, epoch {manifest['epoch']:.2f}; resumed from step "
-              f"{resumed_from_step} after a disconnect"),
+    (
+        "steps",
+        f"{manifest['step']} optimizer steps, epoch {manifest['epoch']:.2f}; resumed from step "
+        f"{resumed_from_step} after a disconnect",
+    ),
     ("final loss", f"{final_loss:.4f} on {len(held_out)} held-out examples"),
     ("hardware", f"{card}; platform {manifest['machine']['platform']}"),
-    ("run time", f"{sum(s for _, s in sessions):,.1f} s of training for {sum(n for n, _ in sessions)} steps in "
-                 f"{len(sessions)} session(s) of this notebook run" if sessions else "trained in an earlier session"),
+    (
+        "run time",
+        f"{sum(s for _, s in sessions):,.1f} s of training for {sum(n for n, _ in sessions)} steps in "
+        f"{len(sessions)} session(s) of this notebook run"
+        if sessions
+        else "trained in an earlier session",
+    ),
     ("peak memory", f"{size}, {measured_by}"),
     ("libraries", ", ".join(f"{k} {v}" for k, v in manifest["packages"].items() if v)),
     ("code", f"kit {manifest['kit']['version']}, commit {manifest['kit']['commit'] or 'unknown'}"),
-    ("tracking", f"wandb {manifest['tracking']['mode']}, run {manifest['tracking']['run_id']}"
-                 if manifest["tracking"] else "none"),
+    (
+        "tracking",
+        f"wandb {manifest['tracking']['mode']}, run {manifest['tracking']['run_id']}"
+        if manifest["tracking"]
+        else "none",
+    ),
     ("manifest", str(manifest_path)),
 ]
 print("\n".join(f"{name:>16}: {value}" for name, value in lines))

@@ -1,11 +1,12 @@
-"""Checkpoints that survive a disconnect: find the newest whole one, and say why the others are not.
+"""Resume after a disconnect: find the newest whole checkpoint, and say why the others are not.
 
-Taught in notebook 08 (capstone). A free Colab session can end at any moment, and a process
-killed while the Trainer writes `checkpoint-N` leaves a folder with a truncated weight file or no
-`trainer_state.json`. `Trainer.train(resume_from_checkpoint=True)` takes the highest-numbered
-folder whatever its state and stops on it with an error such as safetensors' "incomplete
-metadata, file not fully covered"; this module checks each folder, newest first, and hands back
-the newest one that is whole:
+Taught in notebook 08 (capstone: surviving a disconnect). This is about the checkpoint folders the
+Trainer saves, not gradient checkpointing (notebook 03). A free Colab session can end at any
+moment, and a process killed while the Trainer writes `checkpoint-N` leaves a folder with a
+truncated weight file or no `trainer_state.json`. `Trainer.train(resume_from_checkpoint=True)`
+takes the highest-numbered folder whatever its state and stops on it with an error such as
+safetensors' "incomplete metadata, file not fully covered"; this module checks each folder, newest
+first, and hands back the newest one that is whole:
 
     trainer.train(resume_from_checkpoint=latest_valid_checkpoint(args.output_dir))
 
@@ -32,8 +33,13 @@ from pathlib import Path
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")  # transformers' PREFIX_CHECKPOINT_DIR + "-<step>"
 TRAINER_STATE = "trainer_state.json"
 # any one of these holds the weights: a full model, a peft adapter, or a sharded model's index
-WEIGHT_FILES = ("model.safetensors", "adapter_model.safetensors", "model.safetensors.index.json",
-                "pytorch_model.bin", "adapter_model.bin")
+WEIGHT_FILES = (
+    "model.safetensors",
+    "adapter_model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "adapter_model.bin",
+)
 RESUME_FILES = ("optimizer.pt", "scheduler.pt")  # needed to go on with the same optimizer state
 
 __all__ = ["check_checkpoint", "latest_valid_checkpoint", "list_checkpoints"]

@@ -18,8 +18,10 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from helpers.notebooks import NOTEBOOKS_DIR
+from helpers.maintainer.notebooks import NOTEBOOKS_DIR
 from helpers.results import load_results
+
+__all__ = ["Outcome", "UsageError", "declared_parameters", "execute", "format_line", "run", "select", "write_summary"]
 
 # What --smoke injects, for the notebooks whose parameters cell declares them.
 SMOKE_PARAMETERS = {"smoke": True, "max_steps": 4}
@@ -108,8 +110,13 @@ def declared_parameters(path: Path) -> set[str]:
     if not cells:
         return set()
     tree = ast.parse(cells[0].source)
-    return {t.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
-            for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
+    return {
+        t.id
+        for node in tree.body
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(t, ast.Name)
+    }
 
 
 @contextmanager
@@ -155,7 +162,12 @@ def write_summary(outcomes: list[Outcome], out: Path, *, smoke: bool) -> Path:
     lines = [
         "# Notebook run summary",
         "",
-        f"Mode: {'smoke (embedded tiny model)' if smoke else 'full (falls back to the embedded model without a GPU or the Hub)'}.",
+        "Mode: "
+        + (
+            "smoke (embedded tiny model)."
+            if smoke
+            else "full (falls back to the embedded model without a GPU or the Hub)."
+        ),
         "",
         "| notebook | status | seconds | figures |",
         "|---|---|---:|---|",
@@ -171,8 +183,9 @@ def write_summary(outcomes: list[Outcome], out: Path, *, smoke: bool) -> Path:
     return path
 
 
-def run(names: list[str] | None = None, *, smoke: bool = False, out: Path = Path("build"),
-        folder: Path = NOTEBOOKS_DIR) -> int:
+def run(
+    names: list[str] | None = None, *, smoke: bool = False, out: Path = Path("build"), folder: Path = NOTEBOOKS_DIR
+) -> int:
     """Run the selected notebooks, print a line each, write the summary; return the exit code."""
     paths = select(names, folder)
     out = Path(out)
@@ -187,6 +200,8 @@ def run(names: list[str] | None = None, *, smoke: bool = False, out: Path = Path
     summary = write_summary(outcomes, out, smoke=smoke)
     failed = sum(o.status != "ok" for o in outcomes)
     total = sum(o.seconds for o in outcomes)
-    print(f"{len(outcomes) - failed} ok, {failed} failed in {total:.1f} s; executed notebooks in "
-          f"{out / 'notebooks'}, figures in {out / 'results'}, summary in {summary}")
+    print(
+        f"{len(outcomes) - failed} ok, {failed} failed in {total:.1f} s; executed notebooks in "
+        f"{out / 'notebooks'}, figures in {out / 'results'}, summary in {summary}"
+    )
     return 1 if failed else 0

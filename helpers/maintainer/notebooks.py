@@ -12,7 +12,25 @@ import copy
 import re
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+__all__ = [
+    "BRANCH",
+    "DISTRIBUTION",
+    "INSTALL_CELL",
+    "METADATA",
+    "NOTEBOOKS_DIR",
+    "REPOSITORY",
+    "REPO_ROOT",
+    "SOURCES_DIR",
+    "build",
+    "notebook_path",
+    "problems",
+    "render",
+    "sources",
+    "sync",
+    "with_install_cell",
+]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 SOURCES_DIR = NOTEBOOKS_DIR / "src"
 
@@ -38,7 +56,12 @@ DISTRIBUTION = "compute-realities-kit"
 INSTALL_CELL = f"""\
 # Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
 # nothing happens where the kit is installed already (a clone set up with `make`, or a second run).
-import importlib.metadata as metadata, os, socket, subprocess, sys, tempfile
+import importlib.metadata as metadata
+import os
+import socket
+import subprocess
+import sys
+import tempfile
 
 if not any(metadata.distributions(name="{DISTRIBUTION}")):
     repo, branch = "{REPOSITORY}", "{BRANCH}"
@@ -46,14 +69,16 @@ if not any(metadata.distributions(name="{DISTRIBUTION}")):
         try:
             socket.create_connection(("github.com", 443), timeout=5).close()
         except OSError:
-            raise RuntimeError("This Kaggle session has no internet. Open Settings > Internet, switch it On "
-                               "(it needs a phone-verified account), then run this cell again.") from None
+            raise RuntimeError(
+                "This Kaggle session has no internet. Open Settings > Internet, switch it On "
+                "(it needs a phone-verified account), then run this cell again."
+            ) from None
     runtime_pins = os.path.join(tempfile.mkdtemp(), "runtime-pins.txt")  # pip may not replace the runtime's torch
     with open(runtime_pins, "w") as f:
         f.writelines(f"torch=={{d.version}}\\n" for d in metadata.distributions(name="torch"))
-    pip = [sys.executable, "-m", "pip", "install", "--retries", "1",
-           "-c", f"https://raw.githubusercontent.com/{{repo}}/{{branch}}/requirements.txt", "-c", runtime_pins,
-           f"git+https://github.com/{{repo}}.git@{{branch}}"]
+    pins = f"https://raw.githubusercontent.com/{{repo}}/{{branch}}/requirements.txt"
+    pip = [sys.executable, "-m", "pip", "install", "--retries", "1", "-c", pins, "-c", runtime_pins]
+    pip.append(f"git+https://github.com/{{repo}}.git@{{branch}}")
     print(f"Installing the kit from github.com/{{repo}} ...")
     done = subprocess.run(pip, capture_output=True, text=True)  # pip's output only if it fails
     if done.returncode != 0:
@@ -143,7 +168,10 @@ def problems(folder: Path = SOURCES_DIR) -> list[str]:
     for source in srcs:
         target = notebook_path(source)
         if with_install_cell(source.read_text()) != source.read_text():
-            found.append(f"{source}: the install cell differs from helpers.notebooks.INSTALL_CELL; run `{SYNC_COMMAND}`")
+            found.append(
+                f"{source}: the install cell differs from helpers.maintainer.notebooks.INSTALL_CELL; "
+                f"run `{SYNC_COMMAND}`"
+            )
         if not target.exists():
             found.append(f"{target} is missing; run `{SYNC_COMMAND}`")
         elif target.read_text() != render(source):

@@ -1,0 +1,375 @@
+"""What one micro-batch's forward pass saves for backward, op by op: the estimator's per-layer walk.
+
+Private to `helpers.estimate` (taught in notebook 01, memory anatomy). "Saved" means what
+saved-tensor hooks see (`helpers.saved_tensors.track_saved_tensors`): each storage once, parameters
+excluded. A decoder layer (Llama, Qwen2, Gemma, Phi-3, GPT-2) and BERT's post-norm encoder layer
+share one walk: norms, the projections' inputs, rotary, attention, the MLP, dropout, LoRA adapters;
+each op adds what it saves, in the dtype it saves it in. A frozen linear (LoRA, QLoRA) saves no
+input: autograd keeps a linear's input only for its weight's gradient. `outside_layers` counts the
+embeddings, the final norm, the head and the loss; `backward_transient` the gradients alive inside
+one layer's backward. tests/test_estimate.py holds the walk to the bytes measured on CPU for Llama,
+Qwen2, Gemma, GPT-2 and BERT, in fp32, under autocast, in pure bf16 and with peft's LoRA.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from helpers._job import FP32_BYTES  # autocast's residual stream, softmax and loss upcasts, LayerNorm statistics
+
+if TYPE_CHECKING:
+    from helpers._job import Shape
+
+__all__ = [
+    "ACTIVATION_SAVES",
+    "CUDA_MASK_BYTES",
+    "INDEX_BYTES",
+    "Adapters",
+    "Forward",
+    "backward_transient",
+    "layer_activations",
+    "outside_layers",
+]
+
+INDEX_BYTES = 8  # an int64 token id, label or position id
+CUDA_MASK_BYTES = 1  # a dropout mask is bool on CUDA; on CPU it has its input's dtype
+# what the activation function saves for backward, in tensors of the MLP's width:
+# silu, relu, gelu and tanh-gelu save one tensor; GPT-2's python "gelu_new" saves four
+ACTIVATION_SAVES = {"silu": 1, "relu": 1, "gelu": 1, "gelu_pytorch_tanh": 1, "gelu_new": 4, "gelu_fast": 4}
+
+
+@dataclass(frozen=True)
+class Forward:
+    """One micro-batch's forward pass: the model's shape, the tokens, the dtypes it runs in.
+
+    compute: bytes of the compute dtype (4, or 2 for bf16/fp16). autocast: weights stay fp32 and
+    each matmul casts; the residual stream then stays fp32. device: "cuda" or "cpu" (dropout
+    masks and the attention kernel differ).
+    """
+
+    shape: Shape
+    batch_size: int
+    seq_len: int
+    compute: int
+    autocast: bool
+    device: str = "cuda"
+
+    @property
+    def tokens(self) -> int:
+        return self.batch_size * self.seq_len
+
+    @property
+    def resid(self) -> int:
+        """Bytes of the residual stream and a norm's output: fp32 under autocast or in fp32."""
+        return FP32_BYTES if (self.autocast or self.compute == FP32_BYTES) else self.compute
+
+    @property
+    def scores(self) -> int:
+        """Elements of one attention matrix (all heads, the whole micro-batch)."""
+        return self.batch_size * self.shape.heads * self.seq_len * self.seq_len
+
+    @property
+    def math_path(self) -> bool:
+        """Attention materializes the scores: eager, or sdpa with dropout on CPU (no fused kernel for it)."""
+        return self.shape.attn_impl == "eager" or (self.shape.attn_dropout > 0 and self.device == "cpu")
+
+    @property
+    def attn_bytes(self) -> int:
+        """Bytes of attention's operands: CPU's math kernel for sdpa upcasts half inputs to fp32."""
+        upcast = self.math_path and self.shape.attn_impl != "eager" and self.device == "cpu"
+        return FP32_BYTES if upcast else self.compute
+
+
+@dataclass(frozen=True)
+class Adapters:
+    """How a frozen base is trained: which linears carry LoRA adapters, and what they save.
+
+    targets: adapted modules ("q", ..., "down"; "qkv" for a fused projection). r: rank.
+    dropout: LoRA dropout before lora_A (a mask and a dropped copy of the input per adapter).
+    adapter_bytes: the adapters' dtype (peft keeps them in fp32 and casts its input to it).
+    keeps_input: the quantized base linear keeps its input alive for backward (bitsandbytes
+    releases of 2023, e.g. 0.41, kept `ctx.tensors = (A, B)`; current ones keep only the weight).
+    """
+
+    targets: frozenset = frozenset()
+    r: int = 16
+    dropout: float = 0.0
+    adapter_bytes: int = FP32_BYTES
+    keeps_input: bool = False
+    cast_under_autocast: bool = True  # peft's LoRA Linear casts its input even under autocast; the 4-bit one not
+
+
+def layer_activations(f: Forward, adapters: Adapters | None = None, input_grad: bool = True) -> dict[str, int]:
+    """Bytes one layer saves for backward, by component.
+
+    adapters: None when every weight is trained; otherwise the base is frozen and only adapted
+    linears (and kept inputs) save inputs. input_grad: False for the first layer of a frozen model
+    whose embeddings' output needs no gradient: its first norm saves nothing, nor do the ops whose
+    other operand needs no gradient.
+    """
+    s, inputs = f.shape, _Inputs(f, adapters)
+    parts = {
+        "norms": _norms(f, inputs, input_grad, frozen=adapters is not None),
+        "attention": _attention(f, inputs, adapters, input_grad),
+        "mlp": _mlp(f, inputs),
+    }
+    if s.resid_dropout > 0:  # after attention, after the MLP
+        parts["dropout"] = 2 * (CUDA_MASK_BYTES if f.device == "cuda" else f.compute) * f.tokens * s.hidden
+    if adapters is not None:  # the adapters' saves on one line of their own, not in the part that feeds them
+        up = "mlp" if s.family == "bert" else "norms"  # post-norm BERT's up reads attention's output, not a norm's
+        parts["lora"] = inputs.adapter_bytes
+        for part, targets in (
+            ("norms", ("qkv", "q", "k", "v", "gate")),
+            (up, ("up",)),
+            ("attention", ("o",)),
+            ("mlp", ("down",)),
+        ):
+            parts[part] -= inputs.adapter_bytes_in(targets)
+    return parts
+
+
+def _norms(f: Forward, inputs: _Inputs, input_grad: bool, frozen: bool) -> int:
+    """What the layer's norms save for themselves, and what the linears reading their outputs keep."""
+    s, own = f.shape, _norm_own(f, frozen)
+    if s.family == "bert":  # post-norm: the layer's input (the previous norm's output) feeds q, k, v
+        return 2 * own + inputs.group(s.hidden, f.resid, ("q", "k", "v"), grad=input_grad)
+    qkv = ("qkv",) if s.fused_qkv else ("q", "k", "v")
+    mlp = ("up",) if not s.gated or s.family == "phi3" else ("gate", "up")
+    return (
+        own * (2 if input_grad else 1)
+        + inputs.group(s.hidden, f.resid, qkv, grad=input_grad)
+        + inputs.group(s.hidden, f.resid, mlp)
+    )
+
+
+def _attention(f: Forward, inputs: _Inputs, adapters: Adapters | None, input_grad: bool) -> int:
+    """Query, key and value as attention keeps them, the probabilities or the fused kernel's output, o's input."""
+    s, q = f.shape, f.shape.heads * f.shape.head_dim
+    if s.family == "bert":
+        kept = _bert_qkv(f, adapters, input_grad)
+    elif s.family == "gpt2":  # eager: views of the fused projection; math kernel: contiguous copies
+        kept = 3 * f.tokens * s.hidden * f.attn_bytes
+        if s.attn_impl == "eager" and f.batch_size == 1:  # matmul copies key and value, keeps query a view
+            kept += 2 * f.tokens * s.hidden * f.attn_bytes
+    else:
+        kept = _rotary_qkv(f, adapters, input_grad)
+    if f.math_path:  # the heads merged into one contiguous tensor: saved only by o_proj, for its weight
+        return kept + _probabilities(f) + inputs.group(q, f.compute, ("o",))
+    # the fused kernel saves its output, which o_proj reads as a view, and a log-sum-exp per query in fp32
+    lse = FP32_BYTES * f.batch_size * s.heads * f.seq_len
+    return kept + lse + f.compute * f.tokens * q + inputs.group(q, f.compute, ("o",), already_saved=True)
+
+
+def _rotary_qkv(f: Forward, adapters: Adapters | None, input_grad: bool) -> int:
+    """Llama-style attention's saved query, key and value, after rotary embeddings."""
+    s, c, n = f.shape, f.compute, f.tokens
+    q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
+    if f.math_path and s.kv_heads < s.heads:  # repeat_kv materializes k and v per query head
+        kept = c * n * q * 3
+    else:  # the rotated query and key, the value (a view of the fused projection's output if fused)
+        kept = c * n * (q + kv) + (c * n * (q + 2 * kv) if s.fused_qkv else c * n * kv)
+    if f.math_path and not input_grad and not s.fused_qkv:  # q @ k^T keeps each side for the other's grad
+        k_bytes = c * n * (q if s.kv_heads < s.heads else kv)
+        kept -= (0 if "k" in adapters.targets else c * n * q) + (0 if "q" in adapters.targets else k_bytes)
+    return kept
+
+
+def _bert_qkv(f: Forward, adapters: Adapters | None, input_grad: bool) -> int:
+    """BERT's query, key and value: contiguous copies for the math path's matmuls, or the fused kernel's."""
+    width = f.attn_bytes * f.tokens * f.shape.hidden
+    kept = 3 * width
+    if f.math_path and not input_grad:  # q @ k^T keeps each side for the other's gradient
+        kept -= width * (("k" not in adapters.targets) + ("q" not in adapters.targets))
+    return kept
+
+
+def _probabilities(f: Forward) -> int:
+    """The math path's softmax output, and its dropout mask and dropped copy, or its cast back."""
+    s, cb, scores = f.shape, f.attn_bytes, f.scores
+    if s.family == "bert":  # softmax in fp32 under CUDA autocast, else in the scores' dtype
+        soft = FP32_BYTES if f.autocast and f.device == "cuda" else cb
+        cpu_mask = soft
+    else:  # Llama's eager softmax upcasts; GPT-2's runs in the scores' dtype (fp32 under autocast
+        # through its fp32 mask), and so does the math kernel
+        soft = f.compute if s.family == "gpt2" and s.attn_impl == "eager" and f.resid != FP32_BYTES else FP32_BYTES
+        cpu_mask = cb
+    kept = soft * scores
+    if s.attn_dropout > 0:  # the dropout mask, and the dropped probabilities the next matmul reads
+        kept += (CUDA_MASK_BYTES if f.device == "cuda" else cpu_mask) * scores + cb * scores
+    elif soft != cb:  # the probabilities cast back to the compute dtype for the matmul
+        kept += cb * scores
+    return kept
+
+
+def _mlp(f: Forward, inputs: _Inputs) -> int:
+    """What the activation saves, the gated product's operands, and the projections' inputs."""
+    s = f.shape
+    width = f.compute * f.tokens * s.intermediate  # one tensor of the MLP's width
+    saves = ACTIVATION_SAVES.get(s.act, 1)
+    # gated: the activation's saves (the gate's output among them), and up and act(gate), which
+    # their product keeps (Phi-3 fuses gate and up into one output)
+    kept = (2 + saves) * width if s.gated else saves * width
+    if s.family == "bert":  # its up projection reads the attention block's normed output
+        kept += inputs.group(s.hidden, f.resid, ("up",))
+    return kept + inputs.group(s.intermediate, f.compute, ("down",))
+
+
+class _Inputs:
+    """What a group of linears reading the same tensor keeps of it, for their backward.
+
+    A trained linear keeps its input (under autocast, its own 16-bit cast of it). A frozen one
+    keeps nothing, unless it carries a LoRA adapter: lora_A keeps its input (after peft's cast to
+    the adapter dtype and the LoRA dropout, each a new tensor per adapter) and lora_B keeps
+    lora_A's output (tokens x r). A quantized base that keeps its input keeps a compute-dtype copy.
+    """
+
+    def __init__(self, f: Forward, adapters: Adapters | None):
+        self.n, self.c, self.autocast, self.device, self.adapters = f.tokens, f.compute, f.autocast, f.device, adapters
+        self.adapter_bytes = 0
+        self._by_target: dict[str, int] = {}
+
+    def group(self, width: int, xb: int, targets, already_saved: bool = False, grad: bool = True) -> int:
+        """Bytes kept for the input (`xb` bytes an element, `width` wide) of the linears `targets`.
+
+        grad: whether the input requires grad (a dropout on one that does not keeps no mask)."""
+        n, c, a = self.n, self.c, self.adapters
+        if a is None:  # every linear is trained
+            if self.autocast and xb != c:
+                return len(targets) * c * n * width  # each linear casts the input for itself
+            return 0 if already_saved else xb * n * width
+        total, shared = 0, False
+        if a.keeps_input:  # the quantized base casts its input to the compute dtype and keeps it
+            if xb == c:
+                shared = True
+            else:
+                total += len(targets) * c * n * width
+        for t in targets:
+            if t not in a.targets:
+                continue
+            lora, new = self._adapter(t, width, xb, grad)
+            shared = shared or not new
+            total += lora
+        if shared and not already_saved:
+            total += xb * n * width
+        return total
+
+    def _adapter(self, target: str, width: int, xb: int, grad: bool) -> tuple[int, bool]:
+        """What one adapter keeps, and whether lora_A reads a new tensor rather than the shared input."""
+        n, c, a = self.n, self.c, self.adapters
+        lora, yb, new = 0, xb, False
+        if a.adapter_bytes != xb and (not self.autocast or a.cast_under_autocast):
+            yb, new = a.adapter_bytes, True  # peft casts the input to the adapter dtype
+        if a.dropout > 0:  # a mask, and a dropped copy
+            lora += (CUDA_MASK_BYTES if self.device == "cuda" else yb) * n * width if grad else 0
+            new = True
+        if self.autocast and yb != c:  # lora_A casts its input under autocast
+            lora, new = lora + c * n * width, True
+        elif new:
+            lora += yb * n * width
+        lora += (c if self.autocast else a.adapter_bytes) * n * a.r  # lora_A's output, read by lora_B
+        self._by_target[target] = lora
+        self.adapter_bytes += lora
+        return lora, new
+
+    def adapter_bytes_in(self, targets) -> int:
+        return sum(self._by_target.get(t, 0) for t in targets)
+
+
+def _norm_own(f: Forward, frozen: bool) -> int:
+    """What one norm saves for itself (not its output, which its consumers keep)."""
+    s, n, h = f.shape, f.tokens, f.shape.hidden
+    if s.layernorm:  # input, mean, rstd; computed in fp32 under autocast
+        return max(f.resid, f.compute) * n * h + _ln_stats(f, max(f.resid, f.compute))
+    # RMSNorm upcasts: the fp32 input (pow and the product with 1/rms keep it) and 1/rms
+    kept = FP32_BYTES * n * h + FP32_BYTES * n
+    if s.family == "gemma":  # x * (1 + weight) in fp32: keeps (1 + weight), and x for the weight
+        return kept + FP32_BYTES * h + (0 if frozen else FP32_BYTES * n * h)
+    if not frozen:  # weight * x.to(input dtype) keeps that x for the weight's gradient
+        kept += FP32_BYTES * n * h if f.resid == FP32_BYTES else f.compute * n * h
+    return kept
+
+
+def _ln_stats(f: Forward, dtype_bytes: int) -> int:
+    """LayerNorm's mean and 1/std per token: fp32 on CUDA, the input's dtype on CPU."""
+    return 2 * (FP32_BYTES if f.device == "cuda" else dtype_bytes) * f.tokens
+
+
+def backward_transient(f: Forward, quantized: bool = False) -> int:
+    """Gradients alive at once inside one layer's backward, beside that layer's saved tensors.
+
+    While autograd walks back through a layer, an op's output gradient and its input gradient are
+    alive together: two tensors of the largest shape in the layer (the attention matrix on the
+    math path, in fp32 around the softmax; otherwise the MLP's width, three with a gated MLP). A
+    4-bit linear also dequantizes its weight to the compute dtype for its input's gradient.
+    """
+    s = f.shape
+    transient = (3 if s.gated else 2) * f.compute * f.tokens * s.intermediate
+    if f.math_path:  # BERT's softmax gradient runs in the residual dtype, the decoders' in fp32
+        soft = f.resid if s.family == "bert" else FP32_BYTES
+        transient = max(transient, 2 * soft * f.scores)
+    if quantized:
+        transient += f.compute * max(a * b for a, b in s.linear_shapes().values())
+    return transient
+
+
+def outside_layers(f: Forward, *, checkpointing: bool, frozen: bool, pooler: Adapters | None = None) -> dict[str, int]:
+    """Embeddings, the final norm (or BERT's embedding norm and pooler), the head's input, the loss."""
+    s, n = f.shape, f.tokens
+    parts = {"input ids and labels": _indices(f, frozen)}
+    if not s.layernorm and not checkpointing:
+        parts["rotary cos/sin"] = 2 * f.resid * f.seq_len * s.head_dim
+    if s.resid_dropout > 0:
+        parts["embedding dropout"] = (CUDA_MASK_BYTES if f.device == "cuda" else f.resid) * n * s.hidden
+    if s.family == "bert":
+        parts["embedding norm"] = f.resid * n * s.hidden + _ln_stats(f, f.resid)
+        parts["pooler and classifier"] = _bert_pooler(f, frozen, pooler)
+    else:
+        parts["final norm"] = _final_norm(f, frozen)
+    rows, width = (f.batch_size, s.num_labels) if s.head == "classifier" else (n, s.vocab)
+    parts["loss log-probs"] = FP32_BYTES * rows * width + FP32_BYTES  # log_softmax's output in fp32, the loss
+    return parts
+
+
+def _indices(f: Forward, frozen: bool) -> int:
+    """The token ids the embeddings keep for their weights' gradients, and the labels the loss keeps."""
+    s, n = f.shape, f.tokens
+    if s.family == "bert":  # word, position (a view of a max_positions buffer) and token-type ids; labels
+        return (0 if frozen else INDEX_BYTES * (n + s.max_positions + f.seq_len)) + INDEX_BYTES * f.batch_size
+    kept = (INDEX_BYTES if frozen else 2 * INDEX_BYTES) * n  # labels; a trained embedding keeps the ids too
+    if s.family == "gpt2":
+        kept += INDEX_BYTES * f.seq_len  # position ids
+    if s.family == "gemma":
+        kept += FP32_BYTES  # the embedding scale, one scalar
+    return kept
+
+
+def _final_norm(f: Forward, frozen: bool) -> int:
+    """The decoder's final norm, and the head's input (nothing of it when the head is frozen)."""
+    s, nh = f.shape, f.tokens * f.shape.hidden
+    if s.layernorm:  # GPT-2's ln_f keeps its input and statistics
+        final, head_in = f.resid * nh + _ln_stats(f, f.resid), f.compute * nh
+    else:
+        final, head_in = _norm_own(f, frozen), (f.compute if f.autocast else f.resid) * nh
+    if frozen and s.head != "classifier":  # a frozen head keeps nothing of its input
+        head_in = 0
+    return final + head_in
+
+
+def _bert_pooler(f: Forward, frozen: bool, pooler: Adapters | None) -> int:
+    """BERT's pooler (dense and tanh on the first token) and its classifier (always trained)."""
+    b, h, c = f.batch_size, f.shape.hidden, f.compute
+    if frozen and pooler is None:  # a frozen pooler keeps nothing
+        pooled = 0
+    elif frozen:  # its adapter keeps the first token's state, through peft's cast and dropout if any
+        pooled = _Inputs(replace(f, seq_len=1), pooler).group(h, f.resid, ("pooler",))
+        if not f.autocast and pooler.adapter_bytes == f.resid and pooler.dropout == 0:
+            pooled += f.resid * h * (f.tokens - b)  # a view of the last hidden state: its whole storage
+    elif f.autocast:  # the pooler's dense casts the first token's state
+        pooled = c * b * h
+    else:  # the pooler's dense keeps a view of the last hidden state: its whole storage
+        pooled = f.resid * f.tokens * h
+    act = (c if f.autocast else f.resid) * b * h  # tanh keeps its output
+    # the classifier keeps its input, the dropped pooled state, and the dropout mask
+    mask = CUDA_MASK_BYTES if f.device == "cuda" else c if f.autocast else f.resid
+    return pooled + act + mask * b * h + (c if f.autocast else f.resid) * b * h
