@@ -73,6 +73,7 @@ model_id = "HuggingFaceTB/SmolLM2-135M"  # a real small model; needs a GPU and t
 
 # %%
 import helpers
+from helpers import GIB, MIB  # bytes in a GiB (2**30) and a MiB (2**20)
 from helpers.env import describe
 
 machine = describe()
@@ -81,7 +82,7 @@ print(machine.summary())
 # %%
 helpers.record("platform", machine.platform)
 helpers.record("gpu_name", machine.gpus[0].name if machine.gpus else "none")
-helpers.record("gpu_memory_gib", round(machine.gpu_memory_bytes / 2**30, 2))
+helpers.record("gpu_memory_gib", round(machine.gpu_memory_bytes / GIB, 2))
 helpers.record("gpu_count", len(machine.gpus))
 
 # %% [markdown]
@@ -173,14 +174,14 @@ helpers.record("adamw_bytes_per_param", round(adam_bytes_per_param, 3))
 # Without a GPU the budget below is a T4's total as `nvidia-smi` reports it (15,360 MiB).
 
 # %%
-T4_BYTES = 15_360 * 2**20  # a Tesla T4 as nvidia-smi reports it
+T4_BYTES = 15_360 * MIB  # a Tesla T4 as nvidia-smi reports it
 budget = machine.gpu_memory_bytes or T4_BYTES
 recipes = {
     "full fine-tune, fp32 + AdamW": 2 * bytes_per_param["fp32"] + adam_bytes_per_param,
     "LoRA on a 16-bit model": bytes_per_param["bf16"],
     "QLoRA on a 4-bit NF4 model": bytes_per_param["nf4"],
 }
-print(f"budget: {budget / 2**30:.1f} GiB ({'this card' if machine.gpus else 'a T4, since there is no GPU here'})")
+print(f"budget: {budget / GIB:.1f} GiB ({'this card' if machine.gpus else 'a T4, since there is no GPU here'})")
 for recipe, cost in recipes.items():
     print(f"{recipe:30} {cost:6.2f} bytes/param -> at most {budget / cost / 1e9:5.1f}B parameters")
 helpers.record("max_params_b_qlora", round(budget / recipes["QLoRA on a 4-bit NF4 model"] / 1e9, 1))
@@ -204,7 +205,7 @@ n_params = sum(p.numel() for p in model.parameters())
 weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
 name = "the embedded tiny model" if is_embedded(model) else model_id
 print(
-    f"{name}: {n_params:,} parameters, {weight_bytes / 2**20:.2f} MiB of weights "
+    f"{name}: {n_params:,} parameters, {weight_bytes / MIB:.2f} MiB of weights "
     f"({weight_bytes / n_params:.1f} bytes per parameter in {model.dtype})"
 )
 helpers.record("model", "embedded" if is_embedded(model) else model_id)

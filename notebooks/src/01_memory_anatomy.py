@@ -61,6 +61,7 @@ seq_len = 256  # tokens per sequence: 4 x 256 = 1,024 tokens per step
 import torch
 
 import helpers
+from helpers import GIB, MIB  # bytes in a GiB (2**30) and a MiB (2**20)
 from helpers.data import load_course_data
 from helpers.env import describe
 from helpers.models import is_embedded, load_model
@@ -133,12 +134,12 @@ def predicted_vs_measured(readout, **settings):
     for name in ("weights", "gradients", "optimizer", "activations"):
         m, p = readout[name], e[name]
         errors[name] = (p - m) / m
-        print(f"{'':{len(readout.label)}}  {name:12} {m / 2**20:13.2f} {p / 2**20:14.2f} {100 * errors[name]:+7.2f}%")
+        print(f"{'':{len(readout.label)}}  {name:12} {m / MIB:13.2f} {p / MIB:14.2f} {100 * errors[name]:+7.2f}%")
     return e, errors
 
 
 estimate_fp32, errors_fp32 = predicted_vs_measured(fp32, precision="fp32")
-helpers.record("activations_mib_fp32", round(fp32["activations"] / 2**20, 3))
+helpers.record("activations_mib_fp32", round(fp32["activations"] / MIB, 3))
 helpers.record("activation_error_pct_fp32", round(100 * errors_fp32["activations"], 3))
 
 # %% [markdown]
@@ -155,7 +156,7 @@ helpers.record("activation_error_pct_fp32", round(100 * errors_fp32["activations
 parts = sorted(estimate_fp32.activation_parts.items(), key=lambda kv: -kv[1])
 total = estimate_fp32.activations
 for name, b in parts:
-    print(f"{name:28} {b / 2**20:9.2f} MiB  {100 * b / total:5.1f}%")
+    print(f"{name:28} {b / MIB:9.2f} MiB  {100 * b / total:5.1f}%")
 helpers.record("loss_logprobs_share_pct", round(100 * estimate_fp32.activation_parts["loss log-probs"] / total, 1))
 
 # %% [markdown]
@@ -184,8 +185,8 @@ print(
     f"with checkpointing {checkpointed['activations'] / fp32['activations']:.2f} x\n"
 )
 print(compare([fp32, mixed, checkpointed]))
-helpers.record("activations_mib_mixed", round(mixed["activations"] / 2**20, 3))
-helpers.record("activations_mib_checkpointed", round(checkpointed["activations"] / 2**20, 3))
+helpers.record("activations_mib_mixed", round(mixed["activations"] / MIB, 3))
+helpers.record("activations_mib_checkpointed", round(checkpointed["activations"] / MIB, 3))
 helpers.record(
     "activation_error_pct_worst",
     round(100 * max(abs(e["activations"]) for e in (errors_fp32, errors_mixed, errors_ckpt)), 3),
@@ -213,7 +214,7 @@ _ = ax.set_title("One training step, measured")
 for name in ("SmolLM2-135M", "Qwen2.5-0.5B", "Qwen2.5-1.5B"):
     e = estimate_training_memory(name, batch_size=4, seq_len=512, precision="fp16")
     print(
-        f"{name:13} full fine-tune, fp16 mixed, 4 x 512 tokens: {e.total / 2**30:6.2f} GiB -> fits a T4: {e.fits('T4')}"
+        f"{name:13} full fine-tune, fp16 mixed, 4 x 512 tokens: {e.total / GIB:6.2f} GiB -> fits a T4: {e.fits('T4')}"
     )
 
 # %% [markdown]
@@ -229,7 +230,7 @@ from helpers.plan import format_plan, plan
 steps = plan("Mistral-7B", "T4", batch_size=4, seq_len=512)
 print(format_plan(steps, "T4"))
 helpers.record("plan_7b_t4_last_step", steps[-1].technique)
-helpers.record("plan_7b_t4_total_gib", round(steps[-1].estimate.total / 2**30, 2))
+helpers.record("plan_7b_t4_total_gib", round(steps[-1].estimate.total / GIB, 2))
 
 # %% [markdown]
 # Every technique short of QLoRA leaves a 7B model above a T4's 15 GiB: its weights alone are

@@ -63,6 +63,7 @@ max_steps = 20  # optimizer steps of the short training run at the end
 
 # %%
 import helpers
+from helpers import MIB  # bytes in a MiB (2**20)
 from helpers.env import describe
 
 machine = describe()
@@ -232,9 +233,9 @@ half_model = copy.deepcopy(model).to(torch.bfloat16)
 weight_bytes["bf16"] = sum(p.nbytes for p in half_model.parameters())
 del half_model
 for name, b in weight_bytes.items():
-    print(f"weights in {name}: {b / 2**20:8.2f} MiB")
+    print(f"weights in {name}: {b / MIB:8.2f} MiB")
 print(f"ratio: {weight_bytes['bf16'] / weight_bytes['fp32']:.2f}")
-helpers.record("weights_mib", {k: round(v / 2**20, 3) for k, v in weight_bytes.items()})
+helpers.record("weights_mib", {k: round(v / MIB, 3) for k, v in weight_bytes.items()})
 
 # %% [markdown]
 # A caution the lesson's one-liner hides: the Trainer's `bf16=True` / `fp16=True` is *mixed*
@@ -291,11 +292,11 @@ for r in readouts:
         model.config, batch_size=per_device_batch, seq_len=seq_len, precision=r.label, device=device.type
     ).activations
     print(
-        f"{r.label}: measured {activations[r.label] / 2**20:7.2f} MiB, "
-        f"estimated {predicted[r.label] / 2**20:7.2f} MiB, {activations[r.label] / activations['fp32']:.2f} x fp32"
+        f"{r.label}: measured {activations[r.label] / MIB:7.2f} MiB, "
+        f"estimated {predicted[r.label] / MIB:7.2f} MiB, {activations[r.label] / activations['fp32']:.2f} x fp32"
     )
-helpers.record("activations_mib", {k: round(v / 2**20, 3) for k, v in activations.items()})
-helpers.record("activations_predicted_mib", {k: round(v / 2**20, 3) for k, v in predicted.items()})
+helpers.record("activations_mib", {k: round(v / MIB, 3) for k, v in activations.items()})
+helpers.record("activations_predicted_mib", {k: round(v / MIB, 3) for k, v in predicted.items()})
 
 # %% [markdown]
 # The whole step does not halve. Autocast keeps some operations in fp32 on purpose (the norms'
@@ -324,8 +325,8 @@ model.zero_grad(set_to_none=True)
 mlp_ratio = saved_bf16.bytes / saved_fp32.bytes
 autocast_ratio = saved_autocast.bytes / saved_fp32.bytes
 print(
-    f"one MLP block saves {saved_fp32.bytes / 2**20:.2f} MiB in fp32, {saved_bf16.bytes / 2**20:.2f} MiB in bf16 "
-    f"({mlp_ratio:.3f} x), {saved_autocast.bytes / 2**20:.2f} MiB under bf16 autocast ({autocast_ratio:.3f} x)"
+    f"one MLP block saves {saved_fp32.bytes / MIB:.2f} MiB in fp32, {saved_bf16.bytes / MIB:.2f} MiB in bf16 "
+    f"({mlp_ratio:.3f} x), {saved_autocast.bytes / MIB:.2f} MiB under bf16 autocast ({autocast_ratio:.3f} x)"
 )
 helpers.record("mlp_activation_ratio_bf16", round(mlp_ratio, 4))
 helpers.record("mlp_activation_ratio_autocast", round(autocast_ratio, 4))

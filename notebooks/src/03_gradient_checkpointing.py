@@ -72,6 +72,7 @@ max_steps = 20  # optimizer steps of the short training run at the end
 import torch
 
 import helpers
+from helpers import GIB, MIB  # bytes in a GiB (2**30) and a MiB (2**20)
 from helpers.data import pack_course_data
 from helpers.env import describe
 from helpers.models import load_model
@@ -140,10 +141,10 @@ for seq_len in seq_lens:
                 device=device.type,
             ).activations
         )
-        peak = f", peak allocated {readout['peak_allocated'] / 2**20:,.0f} MiB" if "peak_allocated" in readout else ""
+        peak = f", peak allocated {readout['peak_allocated'] / MIB:,.0f} MiB" if "peak_allocated" in readout else ""
         print(
             f"seq_len {seq_len:5}, checkpointing {'on ' if on else 'off'}: activations "
-            f"{measured[on][-1] / 2**20:8.2f} MiB (estimated {predicted[on][-1] / 2**20:8.2f}){peak}"
+            f"{measured[on][-1] / MIB:8.2f} MiB (estimated {predicted[on][-1] / MIB:8.2f}){peak}"
         )
 ratio = measured[True][-1] / measured[False][-1]
 print(f"at {seq_lens[-1]} tokens checkpointing keeps {ratio:.2f} x the activations")
@@ -157,12 +158,12 @@ parts = estimate_training_memory(
 ).activation_parts
 print(
     "what is left with checkpointing on, by the estimator's parts:",
-    ", ".join(f"{k} {v / 2**20:.2f} MiB" for k, v in parts.items()),
+    ", ".join(f"{k} {v / MIB:.2f} MiB" for k, v in parts.items()),
 )
 helpers.record("seq_lens", seq_lens)
-helpers.record("activations_mib_off", [round(b / 2**20, 3) for b in measured[False]])
-helpers.record("activations_mib_on", [round(b / 2**20, 3) for b in measured[True]])
-helpers.record("activations_predicted_mib_on", [round(b / 2**20, 3) for b in predicted[True]])
+helpers.record("activations_mib_off", [round(b / MIB, 3) for b in measured[False]])
+helpers.record("activations_mib_on", [round(b / MIB, 3) for b in measured[True]])
+helpers.record("activations_predicted_mib_on", [round(b / MIB, 3) for b in predicted[True]])
 helpers.record("activation_ratio_at_longest", round(ratio, 4))
 
 # %%
@@ -170,8 +171,8 @@ import matplotlib.pyplot as plt
 
 fig, ax = plt.subplots(figsize=(6, 3.5))
 for on, label in ((False, "checkpointing off"), (True, "checkpointing on")):
-    (line,) = ax.plot(seq_lens, [b / 2**20 for b in measured[on]], "o-", label=f"{label}, measured")
-    ax.plot(seq_lens, [b / 2**20 for b in predicted[on]], "x--", color=line.get_color(), label=f"{label}, estimated")
+    (line,) = ax.plot(seq_lens, [b / MIB for b in measured[on]], "o-", label=f"{label}, measured")
+    ax.plot(seq_lens, [b / MIB for b in predicted[on]], "x--", color=line.get_color(), label=f"{label}, estimated")
 ax.set_xlabel("seq_len (tokens)")
 ax.set_ylabel("activations (MiB)")
 ax.set_title(f"batch {per_device_batch}, {precision}")
@@ -259,10 +260,10 @@ for on in (False, True):
     state = e.weights + e.gradients + e.optimizer  # what checkpointing cannot change
     print(
         f"{t4_model}, batch {t4_batch} x {t4_seq_len} tokens, fp16, checkpointing {'on ' if on else 'off'}: "
-        f"{e.total / 2**30:5.1f} GiB in total; weights + gradients + AdamW {state / 2**30:4.1f} GiB, "
-        f"activations {e.activations / 2**30:4.1f} GiB -> {'fits' if e.fits('T4') else 'does NOT fit'} a T4"
+        f"{e.total / GIB:5.1f} GiB in total; weights + gradients + AdamW {state / GIB:4.1f} GiB, "
+        f"activations {e.activations / GIB:4.1f} GiB -> {'fits' if e.fits('T4') else 'does NOT fit'} a T4"
     )
-    helpers.record(f"t4_total_gib_{'on' if on else 'off'}", round(e.total / 2**30, 2))
+    helpers.record(f"t4_total_gib_{'on' if on else 'off'}", round(e.total / GIB, 2))
     helpers.record(f"t4_fits_{'on' if on else 'off'}", e.fits("T4"))
 
 # %% [markdown]
@@ -295,8 +296,8 @@ from helpers.oom import activation_budget, free_memory, is_oom_error
 
 budget = (measured[False][-1] + measured[True][-1]) // 2
 print(
-    f"pretend card: room for {budget / 2**20:.2f} MiB of activations; one step at {seq_lens[-1]} tokens needs "
-    f"{measured[False][-1] / 2**20:.2f} MiB without checkpointing, {measured[True][-1] / 2**20:.2f} MiB with it"
+    f"pretend card: room for {budget / MIB:.2f} MiB of activations; one step at {seq_lens[-1]} tokens needs "
+    f"{measured[False][-1] / MIB:.2f} MiB without checkpointing, {measured[True][-1] / MIB:.2f} MiB with it"
 )
 set_checkpointing(False)
 try:

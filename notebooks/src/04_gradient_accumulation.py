@@ -67,6 +67,7 @@ max_steps = 10  # optimizer steps of the training run at the end
 
 # %%
 import helpers
+from helpers import MIB  # bytes in a MiB (2**20)
 from helpers.training import effective_batch_size
 
 effective_batch = per_device_batch * grad_accum_steps * num_devices
@@ -125,7 +126,7 @@ g_accumulated = gradients()
 max_diff = (g_accumulated - g_big).abs().max().item()
 print(f"largest gradient entry {g_big.abs().max().item():.3g}; largest difference {max_diff:.2e}")
 print(
-    f"activations held: {saved_big.bytes / 2**20:.2f} MiB for the whole batch, {saved_micro.bytes / 2**20:.2f} MiB "
+    f"activations held: {saved_big.bytes / MIB:.2f} MiB for the whole batch, {saved_micro.bytes / MIB:.2f} MiB "
     f"per micro-batch ({saved_micro.bytes / saved_big.bytes:.3f} x)"
 )
 tolerance = 1e-6 if device.type == "cpu" else 1e-5 * g_big.abs().max().item()  # GPU kernels vary with the batch shape
@@ -293,8 +294,8 @@ loss.backward()
 model.zero_grad(set_to_none=True)
 budget = saved.bytes * 5 // 4  # room for per_device_batch sequences, not for twice as many
 print(
-    f"pretend card: room for {budget / 2**20:.2f} MiB of activations "
-    f"({per_device_batch} sequences of {seq_len} tokens take {saved.bytes / 2**20:.2f} MiB)"
+    f"pretend card: room for {budget / MIB:.2f} MiB of activations "
+    f"({per_device_batch} sequences of {seq_len} tokens take {saved.bytes / MIB:.2f} MiB)"
 )
 
 

@@ -75,6 +75,7 @@ import gc
 import torch
 
 import helpers
+from helpers import GIB, MIB  # bytes in a GiB (2**30) and a MiB (2**20)
 from helpers.env import check_4bit, describe
 from helpers.models import is_embedded, load_model
 
@@ -178,10 +179,10 @@ print(
 print(f"{'format':20} {'whole model':>14} {'linear layers':>14} {'bits per weight':>16} {'vs fp32':>8}")
 for fmt, (total, linear, weights) in sizes.items():
     print(
-        f"{fmt:20} {total / 2**20:10,.3f} MiB {linear / 2**20:10,.3f} MiB {8 * linear / weights:16.3f} "
+        f"{fmt:20} {total / MIB:10,.3f} MiB {linear / MIB:10,.3f} MiB {8 * linear / weights:16.3f} "
         f"{fp32_total / total:7.2f}x"
     )
-helpers.record("footprint_mib", {fmt: round(s[0] / 2**20, 4) for fmt, s in sizes.items()})
+helpers.record("footprint_mib", {fmt: round(s[0] / MIB, 4) for fmt, s in sizes.items()})
 helpers.record("bits_per_linear_weight", {fmt: round(8 * s[1] / s[2], 4) for fmt, s in sizes.items()})
 
 # %% [markdown]
@@ -239,7 +240,7 @@ from helpers.estimate import shape_of
 linear_7b = shape_of(plan_model).parameter_counts()["linear"]
 print(
     f"{plan_model}: {linear_7b / 1e9:.2f}B weights in linear layers x {saved_bits:.3f} bits = "
-    f"{linear_7b * saved_bits / 8 / 2**30:.2f} GiB saved"
+    f"{linear_7b * saved_bits / 8 / GIB:.2f} GiB saved"
 )
 fixed_bytes = state.state2.code.nbytes + state.offset.nbytes  # per matrix: the scales' codebook and offset
 break_even = 8 * fixed_bytes / saved_bits
@@ -253,7 +254,7 @@ print(
     f"{name}: {bits_here['nf4']:.3f} bits per weight without, {bits_here['nf4 + double quant']:.3f} with: "
     f"double quantization {'saves' if change > 0 else 'costs'} {abs(change):.3f} bits per weight here"
 )
-helpers.record("double_quant_saves_gib_7b", round(linear_7b * saved_bits / 8 / 2**30, 3))
+helpers.record("double_quant_saves_gib_7b", round(linear_7b * saved_bits / 8 / GIB, 3))
 helpers.record("double_quant_break_even_weights", round(break_even))
 
 # %% [markdown]
@@ -294,7 +295,7 @@ print(
 assert by_formula == fp.trainable_params
 helpers.record("trainable_params", fp.trainable_params)
 helpers.record("trainable_pct", round(100 * fp.trainable_params / all_params, 3))
-helpers.record("qlora_footprint_mib", round(fp.total_bytes / 2**20, 4))
+helpers.record("qlora_footprint_mib", round(fp.total_bytes / MIB, 4))
 
 # %% [markdown]
 # An adapter adds r x (d_in + d_out) parameters to a layer of d_in x d_out weights: a share of
@@ -396,19 +397,19 @@ e = estimate_training_memory(
 )
 error = (e.activations - readout["activations"]) / readout["activations"]
 print(
-    f"activations held for backward: measured {readout['activations'] / 2**20:,.2f} MiB, "
-    f"predicted {e.activations / 2**20:,.2f} MiB ({100 * error:+.2f} %)"
+    f"activations held for backward: measured {readout['activations'] / MIB:,.2f} MiB, "
+    f"predicted {e.activations / MIB:,.2f} MiB ({100 * error:+.2f} %)"
 )
-helpers.record("activations_mib", round(readout["activations"] / 2**20, 4))
+helpers.record("activations_mib", round(readout["activations"] / MIB, 4))
 helpers.record("activation_error_pct", round(100 * error, 3))
 if machine.gpus:
     peak = readout["peak_allocated"]
     print(
-        f"peak allocated: measured {peak / 2**20:,.0f} MiB (torch.cuda.max_memory_allocated), "
-        f"predicted {e.allocated / 2**20:,.0f} MiB ({100 * (e.allocated - peak) / peak:+.1f} %)"
+        f"peak allocated: measured {peak / MIB:,.0f} MiB (torch.cuda.max_memory_allocated), "
+        f"predicted {e.allocated / MIB:,.0f} MiB ({100 * (e.allocated - peak) / peak:+.1f} %)"
     )
-    helpers.record("peak_allocated_mib", round(peak / 2**20, 1))
-    helpers.record("predicted_allocated_mib", round(e.allocated / 2**20, 1))
+    helpers.record("peak_allocated_mib", round(peak / MIB, 1))
+    helpers.record("predicted_allocated_mib", round(e.allocated / MIB, 1))
 else:
     print("no GPU here: the allocator's peak, and the estimator's `allocated` beside it, show on a GPU runtime")
 
@@ -425,7 +426,7 @@ from helpers.plan import format_plan, plan
 steps = plan(plan_model, plan_gpu, batch_size=plan_batch, seq_len=plan_seq_len)
 print(format_plan(steps, plan_gpu))
 helpers.record("plan_7b_last_step", steps[-1].technique)
-helpers.record("plan_7b_total_gib", round(steps[-1].estimate.total / 2**30, 2))
+helpers.record("plan_7b_total_gib", round(steps[-1].estimate.total / GIB, 2))
 helpers.record("plan_7b_fits", steps[-1].fits)
 
 # %% [markdown]
@@ -440,14 +441,14 @@ kept = counts["embeddings"] + counts["head"] + counts["other"]
 no_dq = estimate_training_memory(plan_model, **{**qlora.settings, "double_quant": False})
 print(
     f"\nthe weights line: {counts['linear'] / 1e9:.2f}B linear weights in NF4 "
-    f"{counts['linear'] * (4 + constant_bits[True]) / 8 / 2**30:.2f} GiB + embeddings, head and norms in fp32 "
-    f"{4 * kept / 2**30:.2f} GiB + adapters in fp32 {4 * qlora.trainable / 2**30:.2f} GiB"
+    f"{counts['linear'] * (4 + constant_bits[True]) / 8 / GIB:.2f} GiB + embeddings, head and norms in fp32 "
+    f"{4 * kept / GIB:.2f} GiB + adapters in fp32 {4 * qlora.trainable / GIB:.2f} GiB"
 )
 print(
-    f"without double quantization the total would be {no_dq.total / 2**30:.2f} GiB, "
-    f"{(no_dq.total - qlora.total) / 2**30:.2f} GiB more"
+    f"without double quantization the total would be {no_dq.total / GIB:.2f} GiB, "
+    f"{(no_dq.total - qlora.total) / GIB:.2f} GiB more"
 )
-helpers.record("qlora_7b_weights_gib", round(qlora.weights / 2**30, 2))
+helpers.record("qlora_7b_weights_gib", round(qlora.weights / GIB, 2))
 
 # %% [markdown]
 # About 4.5 GiB of weights where LoRA needed 13.5, and the rest of the bill (adapters, their

@@ -83,6 +83,7 @@ seed = 42
 import torch
 
 import helpers
+from helpers import MIB  # bytes in a MiB (2**20)
 from helpers.env import describe
 from helpers.memory import read_gpu_memory
 
@@ -342,22 +343,22 @@ helpers.record("different_data_per_rank", different_data)
 for r in report["ranks"]:
     m = r["memory"]
     peak = (
-        f"peak allocated {m['peak_allocated'] / 2**20:,.0f} MiB, reserved {m['peak_reserved'] / 2**20:,.0f} MiB"
+        f"peak allocated {m['peak_allocated'] / MIB:,.0f} MiB, reserved {m['peak_reserved'] / MIB:,.0f} MiB"
         if "peak_allocated" in m
-        else f"peak RSS growth {m['rss_peak_delta'] / 2**20:,.0f} MiB (whole process)"
+        else f"peak RSS growth {m['rss_peak_delta'] / MIB:,.0f} MiB (whole process)"
     )
     print(
-        f"rank {r['rank']}: weights {m['weights'] / 2**20:7.2f} MiB, gradients {m['gradients'] / 2**20:7.2f} MiB, "
-        f"AdamW {m['optimizer'] / 2**20:7.2f} MiB, activations {m['activations'] / 2**20:7.2f} MiB | {peak}"
+        f"rank {r['rank']}: weights {m['weights'] / MIB:7.2f} MiB, gradients {m['gradients'] / MIB:7.2f} MiB, "
+        f"AdamW {m['optimizer'] / MIB:7.2f} MiB, activations {m['activations'] / MIB:7.2f} MiB | {peak}"
     )
 for card in read_gpu_memory():
     print(f"after the launch, through NVML: {card}")
 if "peak_allocated" in report["ranks"][0]["memory"]:
     helpers.record(
-        "peak_allocated_mib_per_rank", [round(r["memory"]["peak_allocated"] / 2**20, 1) for r in report["ranks"]]
+        "peak_allocated_mib_per_rank", [round(r["memory"]["peak_allocated"] / MIB, 1) for r in report["ranks"]]
     )
-helpers.record("weights_mib_per_rank", [round(r["memory"]["weights"] / 2**20, 2) for r in report["ranks"]])
-helpers.record("optimizer_mib_per_rank", [round(r["memory"]["optimizer"] / 2**20, 2) for r in report["ranks"]])
+helpers.record("weights_mib_per_rank", [round(r["memory"]["weights"] / MIB, 2) for r in report["ranks"]])
+helpers.record("optimizer_mib_per_rank", [round(r["memory"]["optimizer"] / MIB, 2) for r in report["ranks"]])
 
 # %% [markdown]
 # The per-card bill is the single-GPU bill. What the second card buys is speed: twice the sequences

@@ -86,6 +86,7 @@ import shutil
 from pathlib import Path
 
 import helpers
+from helpers import GIB, MIB  # bytes in a GiB (2**30) and a MiB (2**20)
 from helpers.env import describe, detect_platform
 
 machine = describe()
@@ -155,9 +156,9 @@ from helpers.qlora import measure_footprint
 footprint = measure_footprint(model)
 adapters_training = footprint.trainable_params * 16  # fp32 weight + gradient + two AdamW moments
 print(
-    f"loaded model, measured: frozen base {(footprint.quantized_bytes + footprint.other_bytes) / 2**20:,.2f} MiB "
+    f"loaded model, measured: frozen base {(footprint.quantized_bytes + footprint.other_bytes) / MIB:,.2f} MiB "
     f"({footprint.bits_per_quantized_weight:.2f} bits per quantized weight); {footprint.trainable_params:,} adapter "
-    f"parameters x 16 bytes = {adapters_training / 2**20:,.2f} MiB to train them"
+    f"parameters x 16 bytes = {adapters_training / MIB:,.2f} MiB to train them"
 )
 catalog = {entry.get("hub_id"): name for name, entry in load_catalog("models").items()}
 planned = catalog.get(model_id, "Qwen2.5-7B")  # the model asked for, by its shape
@@ -165,13 +166,13 @@ plan = estimate_training_memory(
     planned, batch_size=per_device_batch, seq_len=seq_len, precision="fp16", method="qlora", checkpointing=True
 )
 print(
-    f"{planned} on a T4, estimated: weights {plan.weights / 2**30:.2f} GiB ({plan.parameters / 1e9:.1f}B "
-    f"parameters), adapter gradients + AdamW {(plan.gradients + plan.optimizer) / 2**30:.2f} GiB, activations "
-    f"{plan.activations / 2**30:.2f} GiB; {plan.total / 2**30:.1f} GiB in all with the CUDA context and the "
+    f"{planned} on a T4, estimated: weights {plan.weights / GIB:.2f} GiB ({plan.parameters / 1e9:.1f}B "
+    f"parameters), adapter gradients + AdamW {(plan.gradients + plan.optimizer) / GIB:.2f} GiB, activations "
+    f"{plan.activations / GIB:.2f} GiB; {plan.total / GIB:.1f} GiB in all with the CUDA context and the "
     f"allocator's slack -> fits a T4: {plan.fits('T4')}"
 )
 helpers.record("adapter_params", footprint.trainable_params)
-helpers.record("planned_total_gib_t4", round(plan.total / 2**30, 2))
+helpers.record("planned_total_gib_t4", round(plan.total / GIB, 2))
 
 # %% [markdown]
 # The weights are more than 0.52 bytes x 7.6B: Qwen2.5's vocabulary of 152,064 tokens makes its
@@ -434,7 +435,7 @@ measured_by = {  # what the manifest's peak is, in words
     "process peak RSS": "peak RSS of the whole Python process (libraries included): no GPU here",
 }.get(memory["measured_by"], memory["measured_by"])
 card = ", ".join(g["name"] for g in manifest["machine"]["gpus"]) or "CPU only, no GPU"
-size = f"{peak / 2**30:.2f} GiB" if peak >= 2**30 else f"{peak / 2**20:,.0f} MiB"
+size = f"{peak / GIB:.2f} GiB" if peak >= GIB else f"{peak / MIB:,.0f} MiB"
 lines = [
     (
         "model",
@@ -478,7 +479,7 @@ print("\n".join(f"{name:>16}: {value}" for name, value in lines))
 helpers.record("effective_batch", t["effective_batch"])
 helpers.record("effective_batch_parts", [t["per_device_batch"], t["grad_accum_steps"], t["num_devices"]])
 helpers.record("seed", t["seed"])
-helpers.record("peak_memory_mib", round(peak / 2**20, 1))
+helpers.record("peak_memory_mib", round(peak / MIB, 1))
 helpers.record("peak_memory_measured_by", memory["measured_by"])
 helpers.record("final_loss", round(final_loss, 4))
 helpers.record("train_seconds", round(sum(s for _, s in sessions), 1))
