@@ -1,8 +1,9 @@
 """The kit's command line.
 
-python -m helpers run [--only NAME ...] [--smoke] [--out DIR]   # execute the notebooks (make run)
+python -m helpers run [--only NAME ...] [--smoke] [--simulate T4|T4x2|A100] [--out DIR] [--cell-timeout S]  # make run
 python -m helpers notebooks [--check]                          # rebuild .ipynb from notebooks/src, and the badges
 python -m helpers badges [--check]                             # rewrite colab_badges.md
+python -m helpers publish --repo OWNER/NAME --ref REF [--check]  # retarget badges, install cells, README at a fork
 python -m helpers plan --model Mistral-7B --gpu T4 --seq-len 512 [--qlora]  # what fits, and how
 python -m helpers gpu-proof --out DIR                          # on a machine with one CUDA GPU: the proof
 python -m helpers quickcheck student|grade|seal ...            # instructors: see python -m helpers.quickcheck -h
@@ -26,6 +27,10 @@ def main(argv: list[str] | None = None) -> int:
         return _plan(args)
     if args.command == "run":
         return _run(args)
+    if args.command == "publish":
+        from helpers.maintainer import publish
+
+        return publish.main(args.repo, args.ref, check=args.check)
     if args.command == "gpu-proof":
         from helpers.maintainer import gpu_proof
 
@@ -45,14 +50,28 @@ def _parser() -> argparse.ArgumentParser:
         help="a notebook stem or its number (00, 03_gradient_checkpointing); repeatable",
     )
     run.add_argument("--smoke", action="store_true", help="force the embedded tiny model and a few steps")
-    run.add_argument("--out", type=Path, default=Path("build"), help="output folder (default: build)")
+    run.add_argument("--out", type=Path, default=None, help="output folder (default: build, or build/simulated-CARD)")
+    run.add_argument(
+        "--simulate", metavar="CARD", help="run on this CPU as if on T4, T4x2 or A100 (figures stay CPU figures)"
+    )
     run.add_argument("--notebooks", type=Path, default=None, help="folder of notebooks (default: the kit's)")
+    run.add_argument(
+        "--cell-timeout",
+        type=_number("--cell-timeout", 0, 7 * 24 * 3600, "seconds", "300"),
+        metavar="SECONDS",
+        help="fail a notebook whose cell runs longer (default: 300 with --smoke, 3600 without)",
+    )
 
     nbs = sub.add_parser("notebooks", help="rebuild notebooks/*.ipynb from notebooks/src/*.py")
     nbs.add_argument("--check", action="store_true", help="only report drift; exit 1 if any")
 
     bdg = sub.add_parser("badges", help="write colab_badges.md: a Colab and a Kaggle badge per notebook")
     bdg.add_argument("--check", action="store_true", help="only say whether it is current; exit 1 if not")
+
+    pub = sub.add_parser("publish", help="point badges, install cells and README links at OWNER/NAME and REF")
+    pub.add_argument("--repo", required=True, metavar="OWNER/NAME", help="a GitHub repository: someone/finetune-kit")
+    pub.add_argument("--ref", required=True, help="the branch or tag students get; a tag (fall-2026) freezes the term")
+    pub.add_argument("--check", action="store_true", help="only list the files it would rewrite; exit 1 if any")
 
     proof = sub.add_parser("gpu-proof", help="prove the kit on one CUDA GPU (no internet needed); see docs/")
     proof.add_argument("--out", type=Path, required=True, help="folder for gpu-proof.md and gpu-proof.json")
@@ -66,23 +85,84 @@ def _parser() -> argparse.ArgumentParser:
 
 def _plan_arguments(pln: argparse.ArgumentParser) -> None:
     pln.add_argument("--model", required=True, help="a catalog model, e.g. Mistral-7B, SmolLM2-135M")
-    pln.add_argument("--gpu", default="T4", help="a catalog card (T4, L4, A100-40GB, ...) or GiB, e.g. 15.0")
-    pln.add_argument("--seq-len", type=int, required=True, help="tokens per sequence")
-    pln.add_argument("--batch-size", type=int, default=1, help="per-device micro-batch (default 1)")
+    pln.add_argument(
+        "--gpu", type=_card, default="T4", help="a catalog card (T4, L4, A100-40GB, ...) or GiB, e.g. 15.0"
+    )
+    pln.add_argument("--seq-len", type=_count("--seq-len", 2**20, "512"), required=True, help="tokens per sequence")
+    pln.add_argument(
+        "--batch-size", type=_count("--batch-size", 2**16, "4"), default=1, help="per-device micro-batch (default 1)"
+    )
     pln.add_argument("--precision", choices=("fp32", "bf16", "fp16"), help="default: the card's half precision")
     method = pln.add_mutually_exclusive_group()
     method.add_argument("--lora", action="store_true", help="LoRA on a frozen 16-bit model")
     method.add_argument("--qlora", action="store_true", help="LoRA on a frozen 4-bit NF4 model")
-    pln.add_argument("--lora-r", type=int, default=16, help="LoRA rank (default 16)")
+    pln.add_argument("--lora-r", type=_count("--lora-r", 4096, "16"), default=16, help="LoRA rank (default 16)")
     pln.add_argument("--checkpointing", action="store_true", help="gradient checkpointing on")
     pln.add_argument("--optimizer", default="adamw", choices=("adamw", "adamw_8bit", "paged_adamw_8bit", "sgd"))
+
+
+# argument types: argparse turns their ArgumentTypeError into "error: argument --x: <message>" and
+# exit code 2, with no traceback; each message says what would work
+
+
+def _count(flag: str, most: int, example: str):
+    """An argparse type: a whole number from 1 to `most`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number: pass e.g. {flag} {example}") from None
+        if not 1 <= value <= most:
+            raise argparse.ArgumentTypeError(
+                f"{value} is out of range: pass a whole number from 1 to {most:,}, e.g. {flag} {example}"
+            )
+        return value
+
+    return parse
+
+
+def _number(flag: str, low: float, high: float, unit: str, example: str):
+    """An argparse type: a finite number above `low`, at most `high` (nan, inf and the rest refused)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number: pass {unit}, e.g. {flag} {example}") from None
+        if not low < value <= high:  # False for nan; inf is above any `high`
+            raise argparse.ArgumentTypeError(
+                f"{text} is out of range: pass {unit} above {low:g} and at most {high:g}, e.g. {flag} {example}"
+            )
+        return value
+
+    return parse
+
+
+MAX_CARD_GIB = 1024  # GiB: more than any single card has (the largest hold a few hundred)
+
+
+def _card(text: str) -> str | float:
+    """An argparse type for --gpu: a card name as given (the catalog checks it), or GiB as a sane number."""
+    try:
+        float(text)
+    except ValueError:
+        return text  # a name: plan() looks it up and lists the catalog when it is not there
+    return _number("--gpu", 0, MAX_CARD_GIB, "the card's memory in GiB", "15.0 (or a card: --gpu T4)")(text)
 
 
 def _run(args) -> int:
     from helpers.maintainer import runner
 
     try:
-        return runner.run(args.only, smoke=args.smoke, out=args.out, folder=args.notebooks or runner.NOTEBOOKS_DIR)
+        return runner.run(
+            args.only,
+            smoke=args.smoke,
+            out=args.out,
+            folder=args.notebooks or runner.NOTEBOOKS_DIR,
+            simulate=args.simulate,
+            cell_timeout=args.cell_timeout,
+        )
     except runner.UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -117,15 +197,10 @@ def _notebooks(args) -> int:
 
 def _plan(args) -> int:
     """Print the estimate for the job as asked, whether it fits, and the plan that makes it fit."""
-    from helpers._util import GIB
-    from helpers.catalog import gpu_bytes
+    from helpers.catalog import describe_card
     from helpers.plan import format_plan, plan
 
-    gpu = args.gpu
-    try:
-        gpu = float(gpu)  # GiB
-    except ValueError:
-        pass
+    gpu = args.gpu  # a card name, or GiB as a float (_card)
     settings = dict(
         per_device_batch=args.batch_size,
         seq_len=args.seq_len,
@@ -149,7 +224,7 @@ def _plan(args) -> int:
         f"checkpointing {'on' if s['checkpointing'] else 'off'}, optimizer {s['optimizer']}"
     )
     print(asked.table())
-    print(f"fits {args.gpu} ({gpu_bytes(gpu) / GIB:.1f} GiB): {'yes' if steps[0].fits else 'no'}\n")
+    print(f"fits {describe_card(gpu)}: {'yes' if steps[0].fits else 'no'}\n")
     print(format_plan(steps, gpu))
     return 0
 

@@ -11,6 +11,7 @@ import difflib
 import os
 
 from helpers._util import quiet_bitsandbytes
+from helpers.simulate import simulated_card, simulated_devices
 
 # keywords of TRL's SFTConfig that the audit accepts in a dict beside TrainingArguments' own
 SFT_KEYWORDS = ("max_length", "max_seq_length", "packing", "dataset_text_field")
@@ -84,18 +85,27 @@ def training_arguments_class():
 
 
 def devices(args, num_devices: int | None) -> int:
+    """The devices the Trainer trains on in data parallel: processes x GPUs per process."""
     if num_devices is not None:
         if not isinstance(num_devices, int) or isinstance(num_devices, bool) or num_devices < 1:
             raise ValueError(f"num_devices must be an int >= 1, got {num_devices!r}")
         return num_devices
     if isinstance(args, dict):  # what a Trainer in this process would use: every visible GPU
-        import torch
-
         world = int(os.environ.get("WORLD_SIZE", "1"))
-        return world * max(1, torch.cuda.device_count() if world == 1 else 1)
+        return world * max(1, _gpus_per_process() if world == 1 else 1)
     # the Trainer's own count: per_device x max(1, n_gpu) is the batch of one process
     # (DataParallel splits it over n_gpu cards), and world_size processes each take one
-    return max(1, args.n_gpu) * args.world_size
+    n_gpu = _gpus_per_process() if simulated_card() else args.n_gpu  # a CPU's n_gpu is 0
+    return max(1, n_gpu) * args.world_size
+
+
+def _gpus_per_process() -> int:
+    """torch.cuda.device_count(), or the simulated card's visible devices under a simulation."""
+    if simulated_card():
+        return len(simulated_devices())
+    import torch
+
+    return torch.cuda.device_count()
 
 
 def effective_batch(args, num_devices: int | None = None) -> int:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from helpers._util import GIB
 
-__all__ = ["CATALOG_DIR", "card_capability", "find", "gpu_bytes", "load_catalog"]
+__all__ = ["CATALOG_DIR", "card_capability", "describe_card", "find", "gpu_bytes", "load_catalog"]
 
 CATALOG_DIR = Path(__file__).parent / "assets" / "catalog"
 _KINDS = {"models": "model", "gpus": "GPU"}
@@ -73,3 +73,21 @@ def card_capability(gpu) -> tuple[int, int] | None:
     if not isinstance(gpu, str):
         return None
     return tuple(find("gpus", gpu)[1]["capability"])
+
+
+def describe_card(gpu) -> str:
+    """The card and the memory a plan holds it to, saying which figure that is.
+
+    A T4 is 15,360 MiB to nvidia-smi but 14.75 GiB to PyTorch, and only the second can be used.
+
+    Example:
+        >>> describe_card("T4")
+        'T4 (14.75 GiB as PyTorch reports it; nvidia-smi shows 15,360 MiB)'
+    """
+    if not isinstance(gpu, str):
+        return f"{gpu_bytes(gpu) / GIB:.2f} GiB"
+    name, entry = find("gpus", gpu)
+    if entry.get("memory_source") == "pytorch":
+        smi = entry["nvidia_smi_mib"]
+        return f"{name} ({entry['memory_gib']:.2f} GiB as PyTorch reports it; nvidia-smi shows {smi:,} MiB)"
+    return f"{name} ({entry['memory_gib']:.2f} GiB as nvidia-smi reports it; PyTorch sees a little less)"

@@ -5,7 +5,8 @@ Notebook 07 reads the cards through NVML (`describe(use_nvml=True)`), leaving CU
 
 The precision rule is the one traps are made of: `torch.cuda.is_bf16_supported()` answers True
 on a T4 because bf16 is emulated there, slowly. Native bf16 arrives with compute capability 8.0
-(Ampere), so the decision below reads the capability, never that function.
+(Ampere), so the decision below reads the capability, never that function. Whether this runtime
+is online: `http_answers` and `can_connect`, bounded in total time by `call_within`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from helpers._util import GIB, quiet_bitsandbytes
+from helpers.simulate import banner, simulated_card, simulated_devices
 
 __all__ = [
     "BF16_MIN_CAPABILITY",
@@ -26,13 +28,16 @@ __all__ = [
     "Gpu",
     "Machine",
     "Precision",
+    "call_within",
     "can_connect",
     "check_4bit",
     "choose_precision",
     "describe",
     "detect_gpus",
     "detect_platform",
+    "http_answers",
     "machine_notes",
+    "use_one_gpu",
 ]
 
 # compute capability where each precision has hardware support (tensor cores)
@@ -70,7 +75,7 @@ class Machine:
 
     platform: str  # "colab", "kaggle" or "local"
     gpus: tuple[Gpu, ...]
-    gpu_source: str  # "torch.cuda", "nvml" or "none"
+    gpu_source: str  # "torch.cuda", "nvml", "simulated" or "none"
     cpu_count: int
     ram_bytes: int
     notes: tuple[str, ...] = field(default=())
@@ -78,6 +83,11 @@ class Machine:
     @property
     def precision(self) -> Precision:
         return choose_precision(self.gpus)
+
+    @property
+    def simulated(self) -> bool:
+        """True under `helpers.simulate`: the GPUs are pretended, everything runs on the CPU."""
+        return self.gpu_source == "simulated"
 
     @property
     def gpu_memory_bytes(self) -> int:
@@ -114,14 +124,56 @@ def detect_platform(environ: dict[str, str] | None = None) -> str:
 
 
 def detect_gpus(use_nvml: bool = False) -> tuple[Gpu, ...]:
-    """List the CUDA devices.
+    """List the CUDA devices (under `helpers.simulate`, the simulated card's).
 
     Args:
         use_nvml: read them through NVML instead of torch.cuda, so CUDA stays uninitialized.
             The multi-GPU notebook needs this: accelerate's notebook_launcher refuses to start
             once any cell has touched CUDA.
     """
+    if simulated_card():
+        devices = simulated_devices(through_nvml=use_nvml)
+        return tuple(Gpu(i, name, total, capability) for i, (name, total, capability) in enumerate(devices))
     return _gpus_from_nvml() if use_nvml else _gpus_from_torch()
+
+
+def use_one_gpu() -> int:
+    """Pin this process to one GPU before CUDA starts; return how many GPUs it will use.
+
+    Kaggle's "GPU T4 x2" shows both cards to every process. A single-process Trainer then sets
+    n_gpu = 2: it wraps a full fine-tune in DataParallel and feeds a 4-bit model micro-batches of
+    2 on one card, so the effective batch doubles without a word. Every single-GPU notebook calls
+    this in its first cell (setting CUDA_VISIBLE_DEVICES=0 only works before CUDA starts);
+    notebook 07 teaches training on both cards instead.
+    """
+    if simulated_card():
+        print(banner())  # the first thing every notebook prints under a simulation
+    visible = _visible_without_cuda()
+    if visible <= 1:
+        return visible
+    if "torch" in sys.modules and sys.modules["torch"].cuda.is_initialized():
+        print(
+            f"{visible} GPUs are visible and CUDA has already started in this kernel, so it can no longer be "
+            "pinned to one: restart the kernel (Colab: Runtime > Restart session; Kaggle: Run > Restart & "
+            "clear cell outputs) and run from the top, so this cell runs before anything touches the GPU."
+        )
+        return visible
+    os.environ["CUDA_VISIBLE_DEVICES"] = "0"
+    print(
+        f"{visible} GPUs visible: this notebook trains on GPU 0 only (CUDA_VISIBLE_DEVICES=0). With both, the "
+        "Trainer would run DataParallel and double the effective batch unasked; notebook 07 uses both cards."
+    )
+    return 1
+
+
+def _visible_without_cuda() -> int:
+    """How many GPUs CUDA would show this process, read without starting CUDA (NVML and the mask)."""
+    if simulated_card():
+        return len(simulated_devices())
+    mask = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if mask is not None:
+        return len([i for i in mask.split(",") if i.strip() and not i.strip().startswith("-")])
+    return len(_gpus_from_nvml())
 
 
 def _gpus_from_torch() -> tuple[Gpu, ...]:
@@ -219,7 +271,7 @@ def choose_precision(gpus: tuple[Gpu, ...] | list[Gpu]) -> Precision:
 
 def machine_notes(platform: str, gpus: tuple[Gpu, ...]) -> tuple[str, ...]:
     """Warnings a student should read before running anything, each with what to do."""
-    notes = []
+    notes = [banner()] if simulated_card() else []
     if not gpus:
         if platform == "colab":
             notes.append("No GPU attached: Runtime > Change runtime type > T4 GPU, then Run all again.")
@@ -254,7 +306,7 @@ def describe(use_nvml: bool = False) -> Machine:
     return Machine(
         platform=platform,
         gpus=gpus,
-        gpu_source=("nvml" if use_nvml else "torch.cuda") if gpus else "none",
+        gpu_source="simulated" if simulated_card() else ("nvml" if use_nvml else "torch.cuda") if gpus else "none",
         cpu_count=os.cpu_count() or 1,
         ram_bytes=psutil.virtual_memory().total,
         notes=machine_notes(platform, gpus),
@@ -284,23 +336,65 @@ def check_4bit(device: str | None = None) -> tuple[bool, str]:
     return True, f"4-bit NF4 works on {device} (mean round-trip error {err:.3f} on N(0,1) weights)"
 
 
-def can_connect(host: str, port: int, timeout: float) -> bool:
-    """True when a TCP connection to host:port opens within `timeout` seconds.
+def call_within(timeout: float, fn, *args, **kwargs):
+    """Call `fn(*args, **kwargs)` and wait `timeout` seconds at most, in total: its result or its exception.
 
-    The connection runs in a daemon thread because a DNS lookup ignores socket timeouts and can
-    hang for minutes on a broken network; the caller waits `timeout` seconds at most. Used to
-    decide, without waiting on pip or the Hub, whether this runtime is online.
+    In a daemon thread, so neither a DNS lookup (deaf to socket timeouts) nor a server that accepts
+    and never answers can hold the caller: TimeoutError after `timeout` s (the thread ends alone).
+
+    Example:
+        >>> call_within(5.0, lambda: 42)
+        42
     """
-    ok = []
+    if not 0 < timeout < float("inf"):
+        raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
+    box: dict = {}
 
-    def connect():
+    def target():
         try:
-            socket.create_connection((host, port), timeout=timeout).close()
-            ok.append(True)
-        except OSError:
-            pass
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as e:  # handed to the caller below, in its own thread
+            box["error"] = e
 
-    thread = threading.Thread(target=connect, daemon=True)
+    thread = threading.Thread(target=target, daemon=True, name=f"call_within({getattr(fn, '__name__', fn)})")
     thread.start()
     thread.join(timeout)
-    return bool(ok)
+    if thread.is_alive():
+        raise TimeoutError(f"{getattr(fn, '__name__', 'the call')} did not return within {timeout:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def can_connect(host: str, port: int, timeout: float) -> bool:
+    """True when a TCP connection to host:port opens within `timeout` seconds in total.
+
+    A connection only: a server that accepts and never answers passes (`http_answers` waits for a reply).
+    """
+    try:
+        call_within(timeout, lambda: socket.create_connection((host, port), timeout=timeout).close())
+    except OSError:  # refused, unreachable, or TimeoutError (an OSError)
+        return False
+    return True
+
+
+def http_answers(url: str, timeout: float) -> bool:
+    """True when the server at `url` sends an HTTP reply (any status) within `timeout` seconds in total.
+
+    DNS, connection, TLS and the reply's status line all count against `timeout`, so an endpoint
+    that accepts and never answers (a captive portal, a firewall) is False after `timeout` seconds.
+    """
+    import http.client
+    import urllib.request
+
+    def ask() -> bool:
+        try:
+            urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout).close()
+        except urllib.request.HTTPError:  # 401, 404, 500: the server answered
+            pass
+        return True
+
+    try:
+        return call_within(timeout, ask)
+    except (OSError, ValueError, http.client.HTTPException):  # no connection or reply in time, not HTTP, a bad URL
+        return False

@@ -6,8 +6,9 @@ resumes from names the tracking run to continue):
 
 - `ManifestCallback()` writes `run_manifest.json` into every checkpoint folder the Trainer saves:
   every training argument, the seed, the effective batch, model id and revision, the dataset
-  fingerprint, package versions, the kit's commit, the card and the peak memory. The same manifest
-  goes to the wandb run's config when there is one (`helpers.tracking.init_tracking`).
+  fingerprint, package versions, the kit's commit, the card and the peak memory, and a SHA-256 of
+  every file of the checkpoint, which `helpers.resume` verifies before resuming from it. The same
+  manifest goes to the wandb run's config when there is one (`helpers.tracking.init_tracking`).
 - `load_manifest(checkpoint)` reads it back.
 - `scrub_secrets(obj)` is what keeps secrets out: every manifest is scrubbed of the values of
   secret-looking environment variables (and of keys `register_secret` was given) and of
@@ -32,6 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from helpers._callbacks import lazy_callbacks
+from helpers._checksums import file_checksums
 
 __all__ = [
     "MANIFEST_NAME",
@@ -96,7 +98,9 @@ class _ManifestWriter:
     The manifest holds every training argument, the seed, the effective batch
     (per_device_batch x grad_accum_steps x num_devices), the model id and revision, the
     dataset fingerprint, package versions, the kit's commit, the card (helpers.env.describe)
-    and the peak memory so far. Read it back with `load_manifest`. Taught in notebook 06.
+    and the peak memory so far, and a SHA-256 of each of the checkpoint's files ("checksums"),
+    which `helpers.resume.latest_valid_checkpoint` verifies (notebook 08). Read it back with
+    `load_manifest`. Taught in notebook 06.
 
     Args:
         model_id: the id to record; default: the model's own (`config._name_or_path`,
@@ -134,6 +138,9 @@ class _ManifestWriter:
             return
         manifest = self._manifest(args, state, model, train_dataloader)
         manifest["checkpoint"] = folder.name
+        # the Trainer has written every file by now (trainer_state.json last); after the scrub,
+        # which must never touch a digest
+        manifest["checksums"] = {"algorithm": "sha256", "files": file_checksums(folder, skip=(MANIFEST_NAME,))}
         _write_json(folder / MANIFEST_NAME, manifest)
         self.last_manifest = manifest
 

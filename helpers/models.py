@@ -10,23 +10,28 @@ model (SmolLM2-135M, Qwen2.5-0.5B, a 7B) and gets the tiny one only when
 
 `helpers.qlora.load_qlora` (notebook 05) chooses its model by the same rules.
 
-Nothing here waits on the network for more than `HUB_TIMEOUT_S`.
+Every network call here is bounded in total time (`helpers.env.call_within`): `HUB_TIMEOUT_S` for
+the check that the Hub answers at all, `HUB_METADATA_TIMEOUT_S` for the model's file list,
+`HUB_DOWNLOAD_TIMEOUT_S` for its files. The files are fetched into the Hub cache first, then loaded
+with no network; a Hub that stops answering midway leaves the cached copy, the embedded model (for
+a course model) or an error that names the constant to raise, never a hang.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from urllib.parse import urlparse
 
 from helpers._util import torch_dtype
-from helpers.env import can_connect
+from helpers.env import call_within, http_answers
 
 __all__ = [
     "COURSE_MODELS",
     "EMBEDDED_DIR",
     "EMBEDDED_FILES",
     "EMBEDDED_ID",
+    "HUB_DOWNLOAD_TIMEOUT_S",
+    "HUB_METADATA_TIMEOUT_S",
     "HUB_TIMEOUT_S",
     "embedded_dir",
     "hub_reachable",
@@ -37,7 +42,15 @@ __all__ = [
 EMBEDDED_DIR = Path(__file__).parent / "assets" / "tiny-llama"
 EMBEDDED_ID = "embedded"  # the name notebooks and the runner use for the tiny model
 EMBEDDED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
-HUB_TIMEOUT_S = 3.0
+HUB_TIMEOUT_S = 5.0  # seconds for the Hub to answer at all (DNS, TLS and an HTTP reply), else offline
+HUB_METADATA_TIMEOUT_S = 30.0  # seconds for the model's file list
+HUB_DOWNLOAD_TIMEOUT_S = 3600.0  # seconds for all its files: a 7B in bf16 (15 GB) needs 4.2 MB/s
+LOAD_HINT = (
+    "Check the model id on huggingface.co (gated models such as Llama need `hf auth login` after "
+    "accepting the licence), or pass smoke=True."
+)
+# what from_pretrained reads from a model repository's top level, besides the weights
+HUB_FILE_SUFFIXES = (".json", ".txt", ".model", ".jinja", ".tiktoken")
 
 # The models the notebooks name. Offline, these fall back to the embedded model; any other id
 # that is neither cached nor a local folder is an error, since it is more likely a typo.
@@ -52,15 +65,18 @@ COURSE_MODELS = (
 
 
 def hub_reachable(timeout: float = HUB_TIMEOUT_S) -> bool:
-    """True when a TCP connection to the Hub opens within `timeout` seconds.
+    """True when the Hub sends an HTTP reply within `timeout` seconds in total.
 
-    Honours HF_HUB_OFFLINE and HF_ENDPOINT; never waits longer than `timeout` (helpers.env.can_connect).
+    An answer, not only a connection: an endpoint that accepts and never answers is unreachable.
+    Honours HF_HUB_OFFLINE and HF_ENDPOINT (`helpers.env.http_answers`).
     """
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         return False
-    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
-    return can_connect(host, port, timeout)
+    return http_answers(_endpoint(), timeout)
+
+
+def _endpoint() -> str:
+    return os.environ.get("HF_ENDPOINT", "").rstrip("/") or "https://huggingface.co"
 
 
 def embedded_dir() -> Path:
@@ -95,8 +111,10 @@ def load_model(
         smoke: use the embedded model whatever else is true (headless tests, quick runs).
         needs_gpu: a CPU-only machine gets the embedded model instead of a slow or impossible
             load. Pass False to load a small hub model on CPU anyway.
-        dtype: torch dtype of the weights; default float32 for the embedded model and on CPU,
-            the card's training precision (bf16 or fp16) on a GPU.
+        dtype: torch dtype of the weights; default torch.float32 on every machine, which is what
+            training these weights needs: the Trainer's fp16 / bf16 switches compute in half
+            precision from fp32 master weights, while weights loaded in fp16 and stepped by AdamW
+            end in NaN. Pass torch.bfloat16 / torch.float16 for a frozen base or inference.
         revision: a Hub branch, tag or commit to pin (recorded by the run manifest).
 
     Returns:
@@ -110,17 +128,19 @@ def load_model(
     has_gpu = torch.cuda.is_available()
     source, offline = _choose(model_id, smoke=smoke, needs_gpu=needs_gpu, has_gpu=has_gpu)
     if dtype is None:
-        dtype = _card_dtype(has_gpu) if source is not EMBEDDED_DIR else torch.float32
+        dtype = torch.float32  # never a card's half precision unasked: see the docstring
     model, tokenizer = _from_pretrained(source, dtype=dtype, revision=revision, local_only=offline)
     if has_gpu:
         model = model.to("cuda")
     return model, tokenizer
 
 
-def _card_dtype(has_gpu: bool):
-    """The card's training precision as a dtype: bf16 at compute capability >= 8.0, fp16 below (a T4), fp32 on CPU."""
-    if not has_gpu:
-        return torch_dtype("fp32")
+def _card_dtype():
+    """The card's compute precision as a dtype: bf16 at compute capability >= 8.0, fp16 below (a T4), fp32 on CPU.
+
+    For what a card computes in (a 4-bit model's compute dtype), never for trainable weights:
+    those stay fp32 (pure fp16 AdamW ends in NaN). Follows a simulated card (`helpers.simulate`).
+    """
     from helpers.env import choose_precision, detect_gpus
 
     return torch_dtype(choose_precision(detect_gpus()).name)
@@ -169,24 +189,101 @@ def _in_cache(model_id: str) -> bool:
         return False
 
 
+def _fetch(model_id: str, revision: str | None) -> str:
+    """Download the files from_pretrained reads into the Hub cache: "" when done, else why not.
+
+    Each step is bounded in total time: 1. the file list (`HUB_METADATA_TIMEOUT_S`); 2. the config,
+    tokenizer and weights files (`HUB_DOWNLOAD_TIMEOUT_S` for all). The library's own calls carry no
+    total timeout: a server that accepts and never answers held `from_pretrained` for good.
+    Raises ValueError when the Hub answers that there is no such model (or not without a token).
+    """
+    from huggingface_hub import HfApi, get_token, hf_hub_download
+    from huggingface_hub.errors import HfHubHTTPError
+
+    endpoint, token = _endpoint(), get_token()  # the token here: a Colab secret may ask the user
+
+    def download_all(files):
+        for name in files:
+            hf_hub_download(model_id, name, revision=revision, endpoint=endpoint, token=token)
+
+    try:
+        api = HfApi(endpoint=endpoint, token=token)
+        info = call_within(HUB_METADATA_TIMEOUT_S, api.model_info, model_id, revision=revision)
+        call_within(HUB_DOWNLOAD_TIMEOUT_S, download_all, _files_to_fetch([s.rfilename for s in info.siblings or ()]))
+    except HfHubHTTPError as e:
+        status = getattr(getattr(e, "response", None), "status_code", None)
+        if status is not None and status < 500 and status != 429:  # it answered: no such model, or a token needed
+            raise ValueError(f"Could not load {model_id!r}: {_first_line(e)}\n{LOAD_HINT}") from e
+        return f"the Hugging Face Hub failed ({_first_line(e)})"
+    except TimeoutError as e:
+        return f"the Hugging Face Hub stopped answering: {e}"
+    except Exception as e:  # the HTTP client's own connection errors differ across its versions
+        return f"the Hugging Face Hub could not be reached ({_first_line(e)})"
+    return ""
+
+
+def _files_to_fetch(names: list[str]) -> list[str]:
+    """The repository's top-level config and tokenizer files and one copy of the weights (safetensors first)."""
+    top = [n for n in names if "/" not in n]
+    # "consolidated" safetensors are a second copy of the weights, in Mistral's own layout
+    weights = [n for n in top if n.endswith(".safetensors") and not n.startswith("consolidated")]
+    weights = weights or [n for n in top if n.startswith("pytorch_model") and n.endswith(".bin")]
+    return [n for n in top if n.endswith(HUB_FILE_SUFFIXES)] + weights
+
+
+def _fall_back(model_id: str, why: str) -> Path:
+    """The embedded model, with the banner, for a course model the Hub did not deliver; an error otherwise."""
+    if model_id in COURSE_MODELS:
+        _banner(model_id, why)
+        return embedded_dir()
+    raise ValueError(
+        f"Could not download {model_id!r}: {why}. Check the connection (Kaggle: Settings > Internet > On); on a "
+        f"slow link raise helpers.models.HUB_DOWNLOAD_TIMEOUT_S (now {HUB_DOWNLOAD_TIMEOUT_S:g} s) or "
+        "HUB_METADATA_TIMEOUT_S; or pass smoke=True to use the embedded tiny model."
+    )
+
+
+def _first_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0][:200]}" if lines else type(e).__name__
+
+
 def _from_pretrained(source, *, dtype, revision, local_only: bool, **model_kwargs):
-    """Load tokenizer and model; `model_kwargs` go to the model only (quantization_config, device_map)."""
+    """Load tokenizer and model; `model_kwargs` go to the model only (quantization_config, device_map).
+
+    A Hub model (`local_only=False`) is fetched into the cache first (`_fetch`, bounded in time),
+    then loaded from there with no network. When the fetch fails: the copy in the cache if it is
+    whole, else the embedded model for a course model, else an error that says why.
+    """
+    why = "" if local_only else _fetch(source, revision)
+    if why and _in_cache(source):
+        print(f"{why}; loading the copy of {source} in the local Hub cache instead")
+    elif why:
+        source = _fall_back(source, why)
+    try:
+        return _load_local(source, dtype=dtype, revision=revision, **model_kwargs)
+    except OSError as e:
+        if why and source != EMBEDDED_DIR:  # the cached copy is not whole
+            return _load_local(_fall_back(source, why), dtype=dtype, revision=revision, **model_kwargs)
+        raise ValueError(f"Could not load {str(source)!r}: {e}\n{LOAD_HINT}") from e
+
+
+def _load_local(source, *, dtype, revision, **model_kwargs):
+    """from_pretrained on files already on disk (a folder, or the Hub cache): no network at all."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    kwargs = dict(revision=revision, local_files_only=local_only)
+    kwargs = dict(revision=revision, local_files_only=True)
+    # transformers asks the Hub for an adapter_config.json even with local_files_only (and never
+    # gives up on a server that does not answer) unless the adapter lookup is told so as well
+    adapter = {"adapter_kwargs": {"local_files_only": True}}
     # a progress bar over the embedded model's few tiny tensors is noise in every notebook
     quiet = source == EMBEDDED_DIR and hf_logging.is_progress_bar_enabled()
     if quiet:
         hf_logging.disable_progress_bar()
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs, **model_kwargs)
-    except OSError as e:
-        raise ValueError(
-            f"Could not load {str(source)!r}: {e}\nCheck the model id on huggingface.co (gated models such "
-            "as Llama need `hf auth login` after accepting the licence), or pass smoke=True."
-        ) from e
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs, **adapter, **model_kwargs)
     finally:
         if quiet:
             hf_logging.enable_progress_bar()

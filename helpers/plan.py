@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from helpers._job import batch_argument
 from helpers._util import GIB
-from helpers.catalog import card_capability, gpu_bytes
+from helpers.catalog import card_capability, describe_card, gpu_bytes
 from helpers.estimate import ADAMW_FAMILY, Estimate, estimate_training_memory
 
 __all__ = ["PlanStep", "format_plan", "plan"]
@@ -128,8 +128,7 @@ def _accumulate(model, current: dict, steps: list[PlanStep], step) -> bool:
 
 def format_plan(steps: list[PlanStep], gpu) -> str:
     """The plan as plain text: one line per step with the predicted total against the card."""
-    card = gpu_bytes(gpu)
-    lines = [f"{'step':24} {'predicted total':>16}  fits {gpu if isinstance(gpu, str) else ''} ({card / GIB:.1f} GiB)"]
+    lines = [f"card: {describe_card(gpu)}", f"{'step':24} {'predicted total':>16}  fits"]
     for s in steps:
         lines.append(f"{s.technique:24} {s.estimate.total / GIB:12.2f} GiB  {'yes' if s.fits else 'no ':3}  {s.why}")
     if not steps[-1].fits:

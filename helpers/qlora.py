@@ -117,7 +117,9 @@ def _load_4bit(source, *, has_gpu: bool, revision: str | None, offline: bool):
     """Load `source` with every linear but the head in 4-bit NF4, double quantization, the card's compute dtype."""
     from transformers import BitsAndBytesConfig
 
-    compute_dtype = _card_dtype(has_gpu)
+    compute_dtype = _card_dtype()
+    compute = str(compute_dtype).removeprefix("torch.")
+    print(f"4-bit NF4 with double quantization, computing in {compute} (the card's precision)")
     quantization = BitsAndBytesConfig(
         load_in_4bit=True,
         bnb_4bit_quant_type="nf4",

@@ -13,12 +13,22 @@ first, and hands back the newest one that is whole:
 None (no usable checkpoint yet) makes the Trainer start from scratch, so the same line works for
 the first run and for every resume.
 
-What is checked, without loading any tensor (so it takes milliseconds even for a 7B model):
-`trainer_state.json` parses and names the folder's step; every weight file (safetensors, sharded
-or not, full model or adapter) has a header that parses and exactly the bytes that header
-promises; the optimizer, scheduler and RNG files are complete zip archives, as torch writes them.
-The layout checked is the Trainer's own on one GPU or with data parallel (DDP); DeepSpeed and
-FSDP write theirs differently and are not recognised.
+What is checked:
+
+1. the content: a checkpoint saved with `helpers.manifest.ManifestCallback` carries a SHA-256 of
+   every file in its run_manifest.json, and each file must still match it. This catches what no
+   structural check can: a file zeroed, overwritten or badly copied at its own size, which would
+   otherwise resume from damaged weights or optimizer state without a word. It costs one read of
+   the checkpoint (about 1 GB/s; a 7B LoRA checkpoint, half a GB, in under a second).
+2. the structure, always, without loading any tensor: `trainer_state.json` parses and names the
+   folder's step; every weight file (safetensors, sharded or not, full model or adapter) has a
+   header that parses and exactly the bytes that header promises; the optimizer, scheduler and RNG
+   files are complete zip archives, as torch writes them. A checkpoint without checksums gets
+   these checks alone, and `latest_valid_checkpoint` says so.
+
+A malformed file of any kind is a reason to skip its checkpoint, never an exception. The layout
+checked is the Trainer's own on one GPU or with data parallel (DDP); DeepSpeed and FSDP write
+theirs differently and are not recognised.
 """
 
 from __future__ import annotations
@@ -29,6 +39,9 @@ import re
 import struct
 import zipfile
 from pathlib import Path
+
+from helpers._checksums import sha256_file
+from helpers.manifest import MANIFEST_NAME
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")  # transformers' PREFIX_CHECKPOINT_DIR + "-<step>"
 TRAINER_STATE = "trainer_state.json"
@@ -57,6 +70,8 @@ def list_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
 def check_checkpoint(folder: str | os.PathLike, *, for_resume: bool = True) -> list[str]:
     """List what makes a checkpoint folder unusable; an empty list means it is whole.
 
+    Never raises for a malformed checkpoint: whatever cannot be read is one of the problems.
+
     Args:
         folder: a `checkpoint-N` folder the Trainer wrote.
         for_resume: also require the optimizer and scheduler states (needed to resume training;
@@ -69,33 +84,15 @@ def check_checkpoint(folder: str | os.PathLike, *, for_resume: bool = True) -> l
         >>> check_checkpoint("out/checkpoint-40")  # doctest: +SKIP
         []
     """
-    folder = Path(folder)
-    if not folder.is_dir():
-        return [f"{folder} is not a folder"]
-    problems = _check_state(folder)
-    weights = [name for name in WEIGHT_FILES if (folder / name).is_file()]
-    if not weights:
-        problems.append(f"no weights file (one of {', '.join(WEIGHT_FILES)})")
-    for name in weights:
-        problems += _check_weights(folder / name)
-    if for_resume:
-        for name in RESUME_FILES:
-            if not (folder / name).is_file():
-                problems.append(f"no {name} (saved with save_only_model=True? then it can be loaded, not resumed)")
-            else:
-                problems += _check_torch_file(folder / name)
-    # optional (RNG states per process, the fp16 loss scaler), but a partial one breaks the resume
-    for path in sorted(folder.glob("rng_state*.pth")) + sorted(folder.glob("scaler.pt")):
-        problems += _check_torch_file(path)
-    return problems
+    return _inspect(Path(folder), for_resume)[0]
 
 
 def latest_valid_checkpoint(output_dir: str | os.PathLike, *, for_resume: bool = True) -> str | None:
     """The newest checkpoint under `output_dir` that is whole, or None when there is none yet.
 
     Prints one line for each newer folder it skips, naming the folder and what is wrong, and one
-    line saying which checkpoint it picked (or that training starts from scratch). Taught in
-    notebook 08.
+    line saying which checkpoint it picked and how it was verified (or that training starts from
+    scratch). Taught in notebook 08.
 
     Args:
         output_dir: the Trainer's `output_dir`.
@@ -106,17 +103,112 @@ def latest_valid_checkpoint(output_dir: str | os.PathLike, *, for_resume: bool =
 
     Example:
         >>> trainer.train(resume_from_checkpoint=latest_valid_checkpoint(args.output_dir))  # doctest: +SKIP
-        skipping out/checkpoint-60: model.safetensors is truncated: 65,536 of 1,267,832 bytes
-        resuming from out/checkpoint-40 (step 40)
+        skipping out/checkpoint-60: optimizer.pt does not match the SHA-256 recorded when it was saved ...
+        resuming from out/checkpoint-40 (step 40): 9 files match the SHA-256 checksums in its run_manifest.json
     """
     for folder in list_checkpoints(output_dir):
-        problems = check_checkpoint(folder, for_resume=for_resume)
+        problems, verified = _inspect(folder, for_resume)
         if not problems:
-            print(f"resuming from {folder} (step {CHECKPOINT_RE.match(folder.name).group(1)})")
+            print(f"resuming from {folder} (step {CHECKPOINT_RE.match(folder.name).group(1)}): {verified}")
             return str(folder)
         print(f"skipping {folder}: {'; '.join(problems)}")
     print(f"no usable checkpoint in {output_dir}: training starts from scratch")
     return None
+
+
+def _inspect(folder: Path, for_resume: bool) -> tuple[list[str], str]:
+    """(the problems, how the content was verified); never raises."""
+    if not folder.is_dir():
+        return [f"{folder} is not a folder"], ""
+    try:
+        found = _structure(folder, for_resume)
+        checksums, verified = _recorded_checksums(folder)
+        if isinstance(checksums, str):  # a manifest that cannot be trusted
+            return [p for _, p in found] + [checksums], ""
+        named = {name for name, _ in found}  # a file with a structural problem is reported once
+        found += [p for p in _compare(folder, checksums, for_resume) if p[0] not in named]
+    except Exception as e:  # the last net: a checkpoint that cannot be checked is not used
+        return [f"{folder.name} could not be checked ({type(e).__name__}: {e})"], ""
+    return [problem for _, problem in found], verified
+
+
+def _structure(folder: Path, for_resume: bool) -> list[tuple[str, str]]:
+    """(file, problem) for each structural problem: state, weights, optimizer, scheduler, RNG, scaler."""
+    found = _guarded(TRAINER_STATE, _check_state, folder)
+    weights = [name for name in WEIGHT_FILES if (folder / name).is_file()]
+    if not weights:
+        found.append(("", f"no weights file (one of {', '.join(WEIGHT_FILES)})"))
+    for name in weights:
+        found += _guarded(name, _check_weights, folder / name)
+    if for_resume:
+        for name in RESUME_FILES:
+            if not (folder / name).is_file():
+                found.append((name, f"no {name} (saved with save_only_model=True? then it can be loaded, not resumed)"))
+            else:
+                found += _guarded(name, _check_torch_file, folder / name)
+    # optional (RNG states per process, the fp16 loss scaler), but a partial one breaks the resume
+    for path in sorted(folder.glob("rng_state*.pth")) + sorted(folder.glob("scaler.pt")):
+        found += _guarded(path.name, _check_torch_file, path)
+    return found
+
+
+def _guarded(name: str, check, *args) -> list[tuple[str, str]]:
+    """Run one check; its problems as (file, problem), and anything it raises as one more problem."""
+    try:
+        return [(name, problem) for problem in check(*args)]
+    except Exception as e:  # a malformed file is a reason to skip the checkpoint, never a crash
+        return [(name, f"{name or 'a file'} is malformed ({type(e).__name__}: {e})")]
+
+
+def _recorded_checksums(folder: Path) -> tuple[dict | str, str]:
+    """({file: {"bytes", "sha256"}} from the manifest, or a problem sentence; how the check is described)."""
+    path = folder / MANIFEST_NAME
+    structure_only = "structure checked only"
+    if not path.is_file():
+        return {}, f"{structure_only}: no {MANIFEST_NAME} with checksums (saved without ManifestCallback)"
+    fix = f"delete {MANIFEST_NAME} to resume on the structural checks alone"
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as e:  # ValueError: bad JSON or not UTF-8
+        return f"{MANIFEST_NAME} does not parse ({type(e).__name__}), so the checksums cannot be verified ({fix})", ""
+    checksums = manifest.get("checksums") if isinstance(manifest, dict) else None
+    if checksums is None:
+        return {}, f"{structure_only}: its {MANIFEST_NAME} has no checksums (written by an older kit)"
+    files = checksums.get("files") if isinstance(checksums, dict) else None
+    well_formed = isinstance(files, dict) and all(
+        isinstance(e, dict) and isinstance(e.get("bytes"), int) and isinstance(e.get("sha256"), str)
+        for e in files.values()
+    )
+    if checksums.get("algorithm") != "sha256" or not well_formed:
+        return f"the checksums in {MANIFEST_NAME} are malformed, so the files cannot be verified ({fix})", ""
+    return files, f"its {len(files)} files match the SHA-256 checksums in its {MANIFEST_NAME}"
+
+
+def _compare(folder: Path, checksums: dict, for_resume: bool) -> list[tuple[str, str]]:
+    """(file, problem) for each recorded file that is missing or whose content changed since it was saved."""
+    found = []
+    for name, entry in checksums.items():
+        if not for_resume and _resume_only(name):
+            continue
+        path = folder / name
+        if not path.is_file():
+            found.append((name, f"{name} is missing (it was there when the checkpoint was saved)"))
+        elif path.stat().st_size != entry["bytes"]:
+            found.append((name, f"{name} has {path.stat().st_size:,} bytes, {entry['bytes']:,} when it was saved"))
+        elif sha256_file(path) != entry["sha256"]:
+            found.append(
+                (
+                    name,
+                    f"{name} does not match the SHA-256 recorded when it was saved (its content changed since: "
+                    "zeroed, overwritten or a bad copy)",
+                )
+            )
+    return found
+
+
+def _resume_only(name: str) -> bool:
+    """Files needed to go on training, not to load the weights."""
+    return name in RESUME_FILES or name == "scaler.pt" or (name.startswith("rng_state") and name.endswith(".pth"))
 
 
 def _check_state(folder: Path) -> list[str]:
@@ -137,20 +229,29 @@ def _check_state(folder: Path) -> list[str]:
 
 def _check_weights(path: Path) -> list[str]:
     if path.name.endswith(".index.json"):  # a sharded model: check the index, then every shard it names
-        try:
-            shards = sorted(set(json.loads(path.read_text())["weight_map"].values()))
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, AttributeError) as e:
-            return [f"{path.name} does not parse ({e.__class__.__name__})"]
-        problems = []
-        for shard in shards:
-            if not (path.parent / shard).is_file():
-                problems.append(f"shard {shard} named in {path.name} is missing")
-            else:
-                problems += _check_safetensors(path.parent / shard)
-        return problems
+        return _check_index(path)
     if path.suffix == ".safetensors":
         return _check_safetensors(path)
     return _check_torch_file(path)
+
+
+def _check_index(path: Path) -> list[str]:
+    try:
+        weight_map = json.loads(path.read_text())["weight_map"]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
+        return [f"{path.name} does not parse ({e.__class__.__name__})"]
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        return [f"{path.name} has a weight_map that is not a table of tensor names to shard files"]
+    problems = []
+    for shard in sorted(set(weight_map.values())):
+        shard_path = path.parent / shard
+        if Path(shard).is_absolute() or ".." in Path(shard).parts:
+            problems.append(f"{path.name} names a shard outside the checkpoint: {shard}")
+        elif not shard_path.is_file():
+            problems.append(f"shard {shard} named in {path.name} is missing")
+        else:
+            problems += _check_safetensors(shard_path)
+    return problems
 
 
 def _check_safetensors(path: Path) -> list[str]:
@@ -171,13 +272,32 @@ def _check_safetensors(path: Path) -> list[str]:
             header = json.loads(f.read(header_len))
         except (json.JSONDecodeError, UnicodeDecodeError):
             return [f"{path.name} has a header that does not parse (not a safetensors file, or overwritten)"]
-    ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__" and isinstance(t, dict)]
+    ends = _data_ends(header)
+    if ends is None:
+        return [f"{path.name} has a header that is not a table of tensors with data offsets (overwritten?)"]
     expected = 8 + header_len + max(ends, default=0)
     if size < expected:
         return [f"{path.name} is truncated: {size:,} of {expected:,} bytes"]
     if size > expected:
         return [f"{path.name} has {size - expected:,} bytes more than its header describes (written over?)"]
     return []
+
+
+def _data_ends(header) -> list[int] | None:
+    """Each tensor's end offset from a safetensors header; None when the header is not well formed."""
+    if not isinstance(header, dict):
+        return None
+    ends = []
+    for key, tensor in header.items():
+        if key == "__metadata__":
+            continue
+        offsets = tensor.get("data_offsets") if isinstance(tensor, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
+            return None
+        if not 0 <= offsets[0] <= offsets[1]:
+            return None
+        ends.append(offsets[1])
+    return ends
 
 
 def _check_torch_file(path: Path) -> list[str]:

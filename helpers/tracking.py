@@ -7,6 +7,9 @@ api.wandb.ai answers, offline otherwise. It never prompts and never waits long: 
 notebook without internet or a server that does not answer all end in an offline run that
 `wandb sync <folder>` uploads later (the exact command is printed). The settings behind each
 checkpoint go into its run manifest (`helpers.manifest`), which also lands in the run's config.
+Every wait on the network has a total bound: `SECRET_TIMEOUT_S` per secret store, `HOST_TIMEOUT_S`
+for the server's first answer (a server that accepts and never answers counts as unreachable),
+`ONLINE_INIT_TIMEOUT_S` for wandb.init online (then offline), `FINISH_TIMEOUT_S` for the last upload.
 
 No secret lands in a log or a printed line: keys are passed to wandb in memory (never through
 os.environ, never saved to ~/.netrc), and a key read from a secret store is registered with
@@ -25,14 +28,15 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from helpers._util import restore_environ
-from helpers.env import can_connect
+from helpers.env import call_within, http_answers
 from helpers.manifest import register_secret, scrub_secrets
 
 KEY_NAME = "WANDB_API_KEY"  # the name of the key everywhere: env variable, Colab secret, Kaggle secret
 MODES = ("auto", "online", "offline", "disabled")
-HOST_TIMEOUT_S = 3.0  # seconds for a TCP connection to the wandb server before going offline
+HOST_TIMEOUT_S = 3.0  # seconds for the wandb server to answer at all (an HTTP reply) before going offline
 SECRET_TIMEOUT_S = 10.0  # seconds for a Colab / Kaggle secret store to answer
 ONLINE_INIT_TIMEOUT_S = 30.0  # seconds wandb.init may take online before the run goes offline instead
+FINISH_TIMEOUT_S = 120.0  # seconds an online run.finish() may take to upload its last records
 
 __all__ = ["Tracking", "init_tracking"]
 
@@ -70,7 +74,10 @@ class Tracking:
         """
         global _mode_we_set
         if self.run is not None and not self._finished:
-            self.run.finish()
+            if self.mode == "online":
+                self._finish_online()
+            else:
+                self.run.finish()
             if self.mode == "offline":
                 import wandb
 
@@ -83,6 +90,17 @@ class Tracking:
         if self.sync_command:
             print(f"wandb: offline run saved. Upload it later with:\n  {self.sync_command}")
         return self.sync_command
+
+    def _finish_online(self) -> None:
+        """run.finish() waits for the server to take the last records: `FINISH_TIMEOUT_S` at most."""
+        try:
+            call_within(FINISH_TIMEOUT_S, self.run.finish)
+        except TimeoutError:
+            where = shlex.quote(str(self.run_dir)) if self.run_dir else "<the run's folder under wandb/>"
+            print(
+                f"wandb: the server did not take the run's last records within {FINISH_TIMEOUT_S:g} s; "
+                f"everything is saved locally. Upload it later with:\n  wandb sync {where}"
+            )
 
 
 def init_tracking(
@@ -177,11 +195,11 @@ def _choose_mode(mode: str) -> tuple[str, str, str | None, str | None]:
             None,
         )
     host, port = _server()
-    if not can_connect(host, port, HOST_TIMEOUT_S):
+    if not http_answers(_base_url(), HOST_TIMEOUT_S):
         return (
             "offline",
-            f"a W&B key was found ({source}) but {host}:{port} cannot be reached within "
-            f"{HOST_TIMEOUT_S:g} s (Kaggle: Settings > Internet > On)",
+            f"a W&B key was found ({source}) but {host}:{port} cannot be reached (no answer within "
+            f"{HOST_TIMEOUT_S:g} s; Kaggle: Settings > Internet > On)",
             None,
             source,
         )
@@ -289,8 +307,12 @@ def _netrc_has_key() -> bool:
         return False
 
 
+def _base_url() -> str:
+    return os.environ.get("WANDB_BASE_URL", "").rstrip("/") or "https://api.wandb.ai"
+
+
 def _server() -> tuple[str, int]:
-    url = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai"))
+    url = urlparse(_base_url())
     return url.hostname or "api.wandb.ai", url.port or (443 if url.scheme == "https" else 80)
 
 

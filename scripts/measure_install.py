@@ -4,6 +4,7 @@
     python scripts/measure_install.py --json          # the same as JSON (tests/test_install_cell.py reads it)
     python scripts/measure_install.py --install-torch torch==2.13.0   # a real torch install (slower)
     python scripts/measure_install.py --runtime-torch 2.6.0+cu124     # a runtime whose torch is older
+    python scripts/measure_install.py --runtime-has psutil==5.9.5     # a runtime that ships psutil 5.9.5
 
 Colab and Kaggle ship torch, so what matters is what the cell adds on top of it. How:
 
@@ -12,6 +13,7 @@ Colab and Kaggle ship torch, so what matters is what the cell adds on top of it.
    it would after an install, in a second instead of twenty); with `--install-torch SPEC`, by a
    real pip install; with `--runtime-torch VERSION`, by torch's metadata alone at that version
    (Colab's or Kaggle's of the day), which is all pip reads, to see whether the pins accept it;
+   with `--runtime-has NAME==VERSION` (repeatable), other libraries the runtime ships, the same way;
 2. run `helpers.maintainer.notebooks.INSTALL_CELL` itself in that venv, with two substitutions: the GitHub
    URLs become this checkout (its requirements.txt and folder: the same requirement set, and GitHub
    is out of reach from the test machines), and pip gets `--dry-run --report`;
@@ -19,7 +21,9 @@ Colab and Kaggle ship torch, so what matters is what the cell adds on top of it.
    local file by its size, a remote one by a HEAD request to the index (the report carries no
    sizes);
 4. fail when torch, a package built against one torch (torchvision, triton, ...) or an NVIDIA CUDA
-   wheel is among them.
+   wheel is among them;
+5. list what pip would replace: packages the venv already had, at another version. Where the
+   kernel has imported one of them, the install cell asks the student to restart.
 
 The download figure is an upper bound: the venv holds only torch and what torch needs, while Colab
 and Kaggle already ship many of the packages listed (numpy, pandas, pyarrow, requests, ...).
@@ -141,6 +145,24 @@ def link_torch(site: Path, as_version: str | None = None) -> str:
     return as_version
 
 
+def pretend_installed(site: Path, spec: str) -> None:
+    """Make `site` say NAME==VERSION is installed: its dist-info alone, which is all pip reads of it."""
+    name, _, version = spec.partition("==")
+    if not (name and version):
+        sys.exit(f"--runtime-has takes NAME==VERSION, e.g. psutil==5.9.5, not {spec!r}")
+    info = site / f"{name}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "INSTALLER").write_text("pip\n")
+
+
+def installed(python: Path) -> dict[str, str]:
+    """{canonical name: version} of every distribution the venv's Python sees."""
+    code = "import importlib.metadata as m, json; print(json.dumps({d.name: d.version for d in m.distributions()}))"
+    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True).stdout
+    return {canonical(name): version for name, version in json.loads(out).items()}
+
+
 def install_torch(python: Path, spec: str) -> str:
     done = subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", spec], capture_output=True, text=True
@@ -200,7 +222,9 @@ def file_size(url: str) -> int | None:
         return None
 
 
-def measure(install_torch_spec: str | None = None, runtime_torch: str | None = None) -> dict:
+def measure(
+    install_torch_spec: str | None = None, runtime_torch: str | None = None, runtime_has: tuple[str, ...] = ()
+) -> dict:
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="kit-install-") as tmp:
         work = Path(tmp)
@@ -211,6 +235,9 @@ def measure(install_torch_spec: str | None = None, runtime_torch: str | None = N
             torch_version, how = link_torch(site_packages(python), runtime_torch), "its metadata only"
         else:
             torch_version, how = link_torch(site_packages(python)), "linked from this environment"
+        for spec in runtime_has:
+            pretend_installed(site_packages(python), spec)
+        present = installed(python)
         torch_ready = time.perf_counter()
         report = dry_run(python, work)
     done = time.perf_counter()
@@ -224,6 +251,11 @@ def measure(install_torch_spec: str | None = None, runtime_torch: str | None = N
         for p, size in zip(packages, pool.map(file_size, [p["url"] for p in packages]), strict=True):
             p["bytes"] = size
     packages.sort(key=lambda p: -(p["bytes"] or 0))
+    replaces = [
+        f"{p['name']} {present[canonical(p['name'])]} -> {p['version']}"
+        for p in packages
+        if canonical(p["name"]) in present
+    ]
     forbidden = [
         f"{p['name']} {p['version']}"
         for p in packages
@@ -239,6 +271,8 @@ def measure(install_torch_spec: str | None = None, runtime_torch: str | None = N
         "download_mb": round(sum(p["bytes"] or 0 for p in packages) / 1e6, 1),
         "unsized": [p["name"] for p in packages if p["bytes"] is None],
         "forbidden": forbidden,
+        "runtime_has": list(runtime_has),
+        "replaces": replaces,
         "seconds": {
             "torch_venv": round(torch_ready - start, 1),
             "dry_run": round(done - torch_ready, 1),
@@ -261,6 +295,8 @@ def describe(m: dict, top: int = 12) -> str:
         )
     if m["unsized"]:
         lines.append(f"  (no size found for {', '.join(m['unsized'])}: the figure leaves them out)")
+    if m["replaces"]:
+        lines.append(f"it would replace what the runtime has: {', '.join(m['replaces'])}")
     if m["forbidden"]:
         lines.append(
             f"FAIL: the cell would install {', '.join(m['forbidden'])}: it must keep the runtime's "
@@ -283,8 +319,15 @@ def main(argv: list[str] | None = None) -> int:
         metavar="VERSION",
         help="pretend the runtime's torch is VERSION (e.g. 2.6.0+cu124): only its metadata",
     )
+    parser.add_argument(
+        "--runtime-has",
+        action="append",
+        default=[],
+        metavar="NAME==VERSION",
+        help="a library the runtime ships (e.g. psutil==5.9.5): only its metadata; repeatable",
+    )
     args = parser.parse_args(argv)
-    m = measure(args.install_torch, args.runtime_torch)
+    m = measure(args.install_torch, args.runtime_torch, tuple(args.runtime_has))
     print(json.dumps(m, indent=2) if args.json else describe(m))
     return 1 if m["forbidden"] else 0
 

@@ -1,11 +1,13 @@
-"""One headless run of every notebook, shared by every test that reads what a notebook did.
+"""Headless runs of every notebook, each executed once and shared by every test that reads it.
 
-Executing the notebooks is the slow part of the suite. `python -m helpers run --smoke` runs them all
-once, in a subprocess started as soon as collection finds a test that needs it, so it works on one
-core while the unit tests use the other; the `notebook_run` fixture waits for it. Tests that need
-this run are marked `notebooks` (`make test-fast` deselects them).
+Executing the notebooks is the slow part of the suite. `python -m helpers run --smoke` runs them
+all on this CPU (`notebook_run`), then under a simulated T4 and a simulated Kaggle T4 x2
+(`simulated_runs`, `helpers.simulate`). The runs start one after another in a background thread as
+soon as collection finds a test that needs them, so they use one core while the unit tests use the
+other; each fixture waits for its own run. Tests that read a run are marked `notebooks`
+(`make test-fast` deselects them).
 
-The run is given a planted wandb key and Hub token (fakes, named as such) and a wandb server that
+Every run is given a planted wandb key and Hub token (fakes, named as such) and a wandb server that
 refuses connections, so notebook 06 takes the "key found, server unreachable" path and a test can
 look for the planted values in everything the run printed or wrote.
 """
@@ -18,6 +20,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,13 +28,15 @@ import pytest
 
 FAKE_WANDB_KEY = "local-fake-" + "9d2e4b7c1a" * 4  # the shape of a wandb key; never a real one
 FAKE_HF_TOKEN = "hf_plantedFakeTokenForTheNotebookLeakTest01"
-TIMEOUT_S = 1200  # the whole run on a loaded 2-core machine takes about 2-4 minutes
-FIXTURE = "notebook_run"
+TIMEOUT_S = 1200  # one run on a loaded 2-core machine takes about 1.5-4 minutes
+SIMULATED = ("T4", "T4x2")
+# fixture -> the runs it reads ("cpu": the real machine; a card name: that card simulated)
+FIXTURES = {"notebook_run": ("cpu",), "simulated_runs": SIMULATED}
 
 
 @dataclass
 class NotebookRun:
-    """What `python -m helpers run --smoke` did: exit code, printed text, output folder, figures by stem."""
+    """What one `python -m helpers run --smoke` did: exit code, printed text, output folder, figures by stem."""
 
     returncode: int
     stdout: str
@@ -48,7 +53,9 @@ class NotebookRun:
         return {s["notebook"]: s for s in json.loads((self.out / "summary.json").read_text())}
 
 
-_started: dict = {}
+_runs: dict[str, NotebookRun] = {}
+_done: dict[str, threading.Event] = {}
+_processes: list[subprocess.Popen] = []
 
 
 def _closed_port() -> int:
@@ -57,8 +64,7 @@ def _closed_port() -> int:
         return s.getsockname()[1]  # closed on exit: a connection is refused at once
 
 
-def _start() -> None:
-    out = Path(tempfile.mkdtemp(prefix="kit-notebook-run-"))
+def _environment(out: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     env.update(
         HF_HUB_OFFLINE="1",  # the tests never touch the network
@@ -71,39 +77,81 @@ def _start() -> None:
         WANDB_ARTIFACT_DIR=str(out / "wandb-artifacts"),
         OMP_NUM_THREADS="1",  # one core for the notebooks, the other for the unit tests
     )
-    log = (out / "stdout.txt").open("w+"), (out / "stderr.txt").open("w+")
+    return env
+
+
+def _execute(name: str) -> NotebookRun:
+    out = Path(tempfile.mkdtemp(prefix=f"kit-notebooks-{name}-"))
     command = [sys.executable, "-m", "helpers", "run", "--smoke", "--out", str(out)]
-    _started.update(process=subprocess.Popen(command, stdout=log[0], stderr=log[1], env=env), out=out, log=log)
+    if name != "cpu":
+        command += ["--simulate", name]
+    with (out / "stdout.txt").open("w+") as stdout, (out / "stderr.txt").open("w+") as stderr:
+        process = subprocess.Popen(command, stdout=stdout, stderr=stderr, env=_environment(out))
+        _processes.append(process)
+        try:
+            process.wait(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        stdout.seek(0), stderr.seek(0)
+        run = NotebookRun(process.returncode, stdout.read(), stderr.read(), out)
+    run.results = {p.stem: json.loads(p.read_text()) for p in sorted((out / "results").glob("*.json"))}
+    return run
+
+
+def _start(names: list[str]) -> None:
+    for name in names:
+        _done.setdefault(name, threading.Event())
+
+    def work():
+        for name in names:
+            try:
+                _runs[name] = _execute(name)
+            finally:
+                _done[name].set()
+
+    threading.Thread(target=work, daemon=True).start()
+
+
+def _wanted(items) -> list[str]:
+    used = {f for item in items for f in getattr(item, "fixturenames", ()) if f in FIXTURES}
+    return [run for f in FIXTURES if f in used for run in FIXTURES[f]]
 
 
 def pytest_collection_finish(session):
-    if any(FIXTURE in getattr(item, "fixturenames", ()) for item in session.items):
-        _start()
+    if _wanted(session.items):
+        _start(_wanted(session.items))
 
 
 def pytest_collection_modifyitems(items):
-    for item in items:
-        if FIXTURE in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.notebooks)
+    """Mark the tests that read a run, and move them to the end: by then their runs are done."""
+    reading = [item for item in items if set(getattr(item, "fixturenames", ())) & set(FIXTURES)]
+    for item in reading:
+        item.add_marker(pytest.mark.notebooks)
+    items[:] = [item for item in items if item not in reading] + reading
 
 
 def pytest_sessionfinish(session):
-    process = _started.get("process")
-    if process is not None and process.poll() is None:
-        process.kill()  # a run that is no longer wanted (-x, Ctrl-C) must not outlive the session
-        process.wait()
-    for log in _started.get("log", ()):
-        log.close()
+    for process in _processes:
+        if process.poll() is None:
+            process.kill()  # a run that is no longer wanted (-x, Ctrl-C) must not outlive the session
+            process.wait()
+
+
+def _wait(name: str) -> NotebookRun:
+    if name not in _done:  # collected late (e.g. by a plugin): run it now
+        _start([name])
+    _done[name].wait()
+    return _runs[name]
 
 
 @pytest.fixture(scope="session")
 def notebook_run() -> NotebookRun:
-    """The shared smoke run of every notebook; waits for the background run to finish."""
-    if "process" not in _started:  # collected late (e.g. by a plugin): run it now
-        _start()
-    process, out, (stdout, stderr) = _started["process"], _started["out"], _started["log"]
-    process.wait(timeout=TIMEOUT_S)
-    stdout.seek(0), stderr.seek(0)
-    run = NotebookRun(process.returncode, stdout.read(), stderr.read(), out)
-    run.results = {p.stem: json.loads(p.read_text()) for p in sorted((out / "results").glob("*.json"))}
-    return run
+    """The smoke run of every notebook on this CPU."""
+    return _wait("cpu")
+
+
+@pytest.fixture(scope="session")
+def simulated_runs() -> dict[str, NotebookRun]:
+    """The smoke runs of every notebook under a simulated T4 and a simulated T4 x2, by card."""
+    return {card: _wait(card) for card in SIMULATED}

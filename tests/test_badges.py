@@ -6,7 +6,7 @@ import pytest
 
 from helpers.__main__ import main
 from helpers.maintainer import badges
-from helpers.maintainer.notebooks import BRANCH, METADATA, NOTEBOOKS_DIR, REPO_ROOT, REPOSITORY
+from helpers.maintainer.notebooks import BRANCH, METADATA, NOTEBOOKS_DIR, REPO_ROOT, REPOSITORY, install_cell
 
 IPYNBS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
 
@@ -26,6 +26,18 @@ def test_every_notebook_has_a_colab_and_a_kaggle_link_to_a_file_that_exists():
         kaggle = f"https://www.kaggle.com/notebooks/welcome?src=https://github.com/{path}&accelerator=nvidiaTeslaT4"
         assert kaggle in links, f"no Kaggle badge asking for a T4 for {nb.name}"
     assert METADATA["kaggle"]["accelerator"] == "nvidiaTeslaT4" and METADATA["colab"]["gpuType"] == "T4"
+
+
+def test_every_badge_opens_a_notebook_that_installs_the_helpers_from_the_badges_own_ref():
+    text = badges.BADGES_PATH.read_text()
+    assert f"at `{BRANCH}`, and its install cell installs the helpers from the same `{BRANCH}`" in text
+    hits = [badges.NOTEBOOK_IN_URL.search(m["url"]) for m in badges.LINK.finditer(text)]
+    hits = [h for h in hits if h]
+    assert len(hits) == 2 * len(IPYNBS)
+    for hit in hits:
+        cells = json.loads((REPO_ROOT / hit["path"]).read_text())["cells"]
+        (install,) = [c for c in cells if "install" in c["metadata"].get("tags", [])]
+        assert "".join(install["source"]) == install_cell(hit["repo"], hit["branch"]), hit.group(0)
 
 
 def test_a_link_to_a_missing_notebook_or_another_branch_is_caught():

@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 
 def helpers_cli(*args):
     return subprocess.run([sys.executable, "-m", "helpers", *args], capture_output=True, text=True, timeout=120)
@@ -12,13 +14,13 @@ def test_plan_answers_a_7b_qlora_question_for_a_t4():
     done = helpers_cli("plan", "--model", "Mistral-7B", "--gpu", "T4", "--seq-len", "512", "--qlora")
     assert done.returncode == 0, done.stderr
     assert "Mistral-7B (7.24B parameters" in done.stdout and "qlora, fp16" in done.stdout  # a T4 plans in fp16
-    assert "fits T4 (15.0 GiB): yes" in done.stdout
+    assert "fits T4 (14.75 GiB as PyTorch reports it; nvidia-smi shows 15,360 MiB): yes" in done.stdout
 
 
 def test_plan_without_a_method_walks_to_qlora():
     done = helpers_cli("plan", "--model", "Mistral-7B", "--seq-len", "512", "--batch-size", "4")
     assert done.returncode == 0, done.stderr
-    assert "fits T4 (15.0 GiB): no" in done.stdout
+    assert "fits T4 (14.75 GiB as PyTorch reports it; nvidia-smi shows 15,360 MiB): no" in done.stdout
     last = done.stdout.strip().splitlines()[-1]
     assert last.startswith("QLoRA") and " yes " in last
 
@@ -26,7 +28,7 @@ def test_plan_without_a_method_walks_to_qlora():
 def test_plan_takes_gib_for_a_card_outside_the_catalog():
     done = helpers_cli("plan", "--model", "SmolLM2-135M", "--gpu", "8.0", "--seq-len", "256")
     assert done.returncode == 0, done.stderr
-    assert "fits 8.0 (8.0 GiB): yes" in done.stdout
+    assert "fits 8.00 GiB: yes" in done.stdout
 
 
 def test_plan_with_an_unknown_model_lists_the_catalog():
@@ -38,3 +40,33 @@ def test_plan_with_an_unknown_model_lists_the_catalog():
 def test_quickcheck_is_reachable_from_the_kit_command():
     done = helpers_cli("quickcheck", "--help")
     assert done.returncode == 0 and "student" in done.stdout and "grade" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--gpu", "inf"], "argument --gpu: inf is out of range: pass the card's memory in GiB above 0"),
+        (["--gpu=-3"], "argument --gpu: -3 is out of range"),
+        (["--gpu", "nan"], "argument --gpu: nan is out of range"),
+        (["--gpu", "0"], "argument --gpu: 0 is out of range"),
+        (["--gpu", "16000000000"], "e.g. --gpu 15.0 (or a card: --gpu T4)"),  # bytes, not GiB
+        (["--lora", "--lora-r", "-1"], "argument --lora-r: -1 is out of range: pass a whole number from 1 to 4,096"),
+        (["--qlora", "--lora-r", "0"], "argument --lora-r: 0 is out of range"),
+        (["--lora-r", "8.5"], "argument --lora-r: '8.5' is not a whole number: pass e.g. --lora-r 16"),
+        (["--batch-size", "-2"], "argument --batch-size: -2 is out of range"),
+        (["--seq-len", "99999999"], "--seq-len: 99999999 is out of range: pass a whole number from 1 to 1,048,576"),
+    ],
+)
+def test_plan_refuses_numbers_that_are_not_a_plan(flags, message):
+    args = ["plan", "--model", "Mistral-7B", *flags]
+    done = helpers_cli(*args, *([] if "--seq-len" in flags else ["--seq-len", "512"]))
+    assert done.returncode == 2, done.stdout
+    assert message in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert done.stdout == ""  # no estimate printed from nonsense
+
+
+def test_plan_still_takes_a_card_name_or_sane_gib():
+    done = helpers_cli("plan", "--model", "SmolLM2-135M", "--gpu", "A100-80GB", "--seq-len", "256", "--lora-r", "64")
+    assert done.returncode == 0, done.stderr
+    done = helpers_cli("plan", "--model", "SmolLM2-135M", "--gpu", "nope", "--seq-len", "256")
+    assert done.returncode == 2 and "Traceback" not in done.stderr

@@ -1,18 +1,24 @@
 """The install cell: silent and offline where the kit is installed, clear on Kaggle without internet,
-never torch, and what it would download on a runtime that already has torch.
+never torch, a restart asked for (with the menu to click) when pip replaced a library the session
+had imported, and what it would download and replace on a runtime that already has torch.
 
 The cell runs here in a plain Python process, the way the first cells of a notebook run in a
 kernel, with the network and every subprocess replaced by a guard that fails the run: a cell that
-tried pip or a connection could not pass by accident.
+tried pip or a connection could not pass by accident. The restart check runs the cell with real pip
+and importlib.metadata in a throwaway venv, with GitHub and PyPI stood in for by local wheels.
 """
 
+import base64
+import hashlib
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -67,8 +73,9 @@ def run_cells(
     kit_visible: bool = True,
     env: dict | None = None,
     sys_path: tuple[str, ...] = (),
+    python: str = sys.executable,
 ) -> subprocess.CompletedProcess:
-    """Run `cells` in order in a fresh Python, after `prelude`; `kit_visible=False` hides site-packages."""
+    """Run `cells` in order in a fresh `python`, after `prelude`; `kit_visible=False` hides site-packages."""
     script = tmp_path / "cells.py"
     body = "".join(f"exec(compile({c!r}, 'cell {i}', 'exec'))\n" for i, c in enumerate(cells))
     script.write_text(f"import sys\nsys.path[:0] = {list(sys_path)!r}\n{prelude}\n{body}print('CELLS DONE')\n")
@@ -77,7 +84,7 @@ def run_cells(
     flags = [] if kit_visible else ["-S", "-s"]  # -S: no site-packages, so neither the kit nor torch
     # cwd is a scratch folder: `helpers` must come from the installed kit, not from the checkout
     return subprocess.run(
-        [sys.executable, *flags, str(script)], capture_output=True, text=True, cwd=tmp_path, env=base, timeout=120
+        [python, *flags, str(script)], capture_output=True, text=True, cwd=tmp_path, env=base, timeout=120
     )
 
 
@@ -144,6 +151,109 @@ def test_pip_gets_the_pins_and_the_runtimes_torch_and_a_failure_is_explained(tmp
     assert "During handling of the above exception" not in done.stderr, "one error, not a chain of three"
 
 
+# --- the restart check: real pip, real importlib.metadata, in a throwaway venv ----------------------
+# Two libraries the "runtime" has at 1.0: the session has imported `loadedlib` (as a fresh Colab
+# kernel has psutil), not `unloadedlib`. The fake kit needs both, `loadedlib` only at a floor.
+FAKE_KIT_REQUIRES = ("loadedlib>=1.0", "unloadedlib")
+
+# Runs first in the venv's Python: the cell's own pip command, with GitHub's two URLs pointed at
+# local files (a stand-in requirements.txt and the fake kit's wheel) and PyPI at a folder of wheels.
+LOCAL_GITHUB = """
+import subprocess, sys
+
+real_run, local, wheels = subprocess.run, {local!r}, {wheels!r}
+
+def pip_offline(args, *a, **kw):
+    assert list(args[:4]) == [sys.executable, "-m", "pip", "install"], args
+    assert set(local) <= set(args), f"the cell no longer names {{set(local) - set(args)}}"
+    return real_run([local.get(x, x) for x in args] + ["--no-index", "--find-links", wheels], *a, **kw)
+
+subprocess.run = pip_offline
+"""
+
+
+def write_wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> Path:
+    """A real wheel that pip installs offline: module `name` (with VERSION) and its metadata."""
+    module = name.replace("-", "_")
+    info = f"{module}-{version}.dist-info"
+    files = {
+        f"{module}/__init__.py": f"VERSION = {version!r}\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+        + "".join(f"Requires-Dist: {r}\n" for r in requires),
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    digest = {
+        k: base64.urlsafe_b64encode(hashlib.sha256(v.encode()).digest()).rstrip(b"=").decode() for k, v in files.items()
+    }
+    files[f"{info}/RECORD"] = "".join(f"{k},sha256={digest[k]},{len(v.encode())}\n" for k, v in files.items())
+    files[f"{info}/RECORD"] += f"{info}/RECORD,,\n"
+    path = folder / f"{module}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as whl:
+        for k, v in files.items():
+            whl.writestr(k, v)
+    return path
+
+
+@pytest.fixture(scope="module")
+def runtime_template(tmp_path_factory):
+    """A venv with pip and loadedlib 1.0 and unloadedlib 1.0; a folder of wheels with their 2.0 and the kit."""
+    root = tmp_path_factory.mktemp("runtime")
+    wheels = root / "wheels"
+    wheels.mkdir()
+    for lib in ("loadedlib", "unloadedlib"):
+        for version in ("1.0", "2.0"):
+            write_wheel(wheels, lib, version)
+    kit = write_wheel(wheels, DISTRIBUTION, "0.1.0", FAKE_KIT_REQUIRES)
+    subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], check=True, timeout=120)
+    python = root / "venv" / "bin" / "python"
+    pip = [str(python), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheels)]
+    subprocess.run([*pip, "loadedlib==1.0", "unloadedlib==1.0"], check=True, timeout=120)
+    return root, kit
+
+
+def runtime(template, tmp_path: Path, pins: str) -> tuple[str, str]:
+    """A copy of the template venv and the prelude that points the cell's pip at `pins` and the wheels."""
+    (root, kit), venv = template, tmp_path / "venv"
+    shutil.copytree(root / "venv", venv, symlinks=True)
+    (tmp_path / "requirements.txt").write_text(pins)
+    local = {PINS_URL: str(tmp_path / "requirements.txt"), KIT_URL: str(kit)}
+    return str(venv / "bin" / "python"), LOCAL_GITHUB.format(local=local, wheels=str(root / "wheels"))
+
+
+RESTART = (
+    "RuntimeError: Restart the session, then run the notebook from the top (this cell will skip the install). "
+    "Colab: Runtime > Restart session. Kaggle: Run > Restart & clear cell outputs."
+)
+
+
+def test_pip_replacing_an_imported_library_stops_the_notebook_with_the_menu_to_click(runtime_template, tmp_path):
+    # the old requirements.txt pinned what the runtime owns exactly (psutil==7.2.2): pip replaces it
+    python, prelude = runtime(runtime_template, tmp_path, "loadedlib==2.0\nunloadedlib==2.0\n")
+    done = run_cells(["import loadedlib", INSTALL_CELL], tmp_path, prelude=prelude, python=python)
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-2:] == [
+        "Installed, but pip replaced libraries this session had already imported:",
+        "  loadedlib 1.0 -> 2.0",
+    ], done.stdout + done.stderr  # unloadedlib was replaced too, but nothing had loaded it
+    assert done.stderr.strip().splitlines()[-1] == RESTART, done.stderr
+    # after the restart: a fresh process, the same venv; the cell does nothing, the new version loads
+    again = run_cells([INSTALL_CELL, "import loadedlib; print(loadedlib.VERSION)"], tmp_path, python=python)
+    assert again.stdout == "2.0\nCELLS DONE\n", again.stdout + again.stderr
+
+
+def test_a_floor_keeps_the_runtimes_imported_library_and_no_restart_is_asked(runtime_template, tmp_path):
+    # requirements.txt pins only what the course needs exact; loadedlib has a floor the runtime meets
+    python, prelude = runtime(runtime_template, tmp_path, "unloadedlib==2.0\n")
+    done = run_cells(
+        ["import loadedlib", INSTALL_CELL, "import unloadedlib; print(loadedlib.VERSION, unloadedlib.VERSION)"],
+        tmp_path,
+        prelude=prelude,
+        python=python,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-3:] == ["Installed.", "1.0 2.0", "CELLS DONE"], done.stdout
+
+
 def test_the_cell_names_the_distribution_pyproject_builds():
     from importlib.metadata import metadata
 
@@ -162,12 +272,13 @@ def index_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
-def test_on_a_runtime_with_torch_the_cell_installs_no_torch_and_no_cuda_wheel():
-    # the cell itself, in a fresh venv that holds torch; pip in --dry-run mode (about 15 s)
+def test_on_a_runtime_with_torch_and_psutil_the_cell_keeps_both_and_installs_no_cuda_wheel():
+    # the cell itself, in a fresh venv that holds torch and a runtime's older psutil (which a fresh
+    # Colab kernel has imported); pip in --dry-run mode (about 20 s)
     if not index_reachable():
         pytest.skip("the package index is out of reach: pip cannot resolve the install cell's requirements")
     done = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "scripts" / "measure_install.py"), "--json"],
+        [sys.executable, str(REPO_ROOT / "scripts" / "measure_install.py"), "--json", "--runtime-has", "psutil==5.9.5"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -180,3 +291,6 @@ def test_on_a_runtime_with_torch_the_cell_installs_no_torch_and_no_cuda_wheel():
     for lib in ("transformers", "peft", "bitsandbytes", "datasets", "accelerate"):
         assert got.get(lib) == pins[lib], f"{lib}: the cell installs {got.get(lib)}, requirements.txt pins {pins[lib]}"
     assert "torch" not in got and m["torch"].startswith(("2.", "3."))
+    assert "psutil" not in got and not any(r.startswith("psutil ") for r in m["replaces"]), (
+        f"the cell would replace the runtime's psutil 5.9.5 (imported by a fresh Colab kernel): {m['replaces']}"
+    )

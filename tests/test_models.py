@@ -1,15 +1,17 @@
 """The embedded tiny model and load_model's fallback rules, all through the real loaders."""
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 import torch
+from fake_servers import COMMIT, fake_hub, silent_server
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from helpers import env, models
+from helpers import models
 from helpers.models import EMBEDDED_DIR, is_embedded, load_model
 
 REPO = EMBEDDED_DIR.parents[2]
@@ -87,20 +89,105 @@ def test_offline_unknown_model_is_a_clear_error(monkeypatch):
         load_model("HuggingFaceTB/SmolLM-135M-typo", needs_gpu=False)
 
 
-def test_a_hanging_network_does_not_hang_the_notebook(monkeypatch):
+def test_a_dns_lookup_that_never_answers_does_not_hang_the_notebook(monkeypatch):
+    import socket
     import time
 
     # a fake for what cannot exist here: a DNS lookup that never answers (it ignores socket timeouts)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
 
     def never_answers(*args, **kwargs):
         time.sleep(5)  # seconds, far past the timeout below; then fail as a dead lookup would
-        raise OSError("lookup timed out")
+        raise socket.gaierror("lookup timed out")
 
-    monkeypatch.setattr(env.socket, "create_connection", never_answers)
+    monkeypatch.setattr(socket, "getaddrinfo", never_answers)
     start = time.perf_counter()
     assert models.hub_reachable(timeout=0.5) is False
     assert time.perf_counter() - start < 2  # seconds
+
+
+# ---------------------------------------------------------------------------------------------
+# the network, through servers on 127.0.0.1 (tests/fake_servers.py): a Hub that serves the
+# embedded model, and one that accepts connections and never answers. Each load runs in its own
+# process: huggingface_hub reads HF_ENDPOINT when it is imported.
+
+LOAD = """
+import json, sys, time
+from helpers import models
+for name, value in json.loads(sys.argv[2]).items():
+    setattr(models, name, value)
+start = time.perf_counter()
+try:
+    model, _ = models.load_model(sys.argv[1], needs_gpu=False)
+    result = {"embedded": models.is_embedded(model), "name": model.config._name_or_path}
+except ValueError as e:
+    result = {"error": str(e)}
+result["seconds"] = time.perf_counter() - start
+print("RESULT " + json.dumps(result))
+"""
+
+
+def load_through(endpoint: str, model_id: str, tmp_path, **constants) -> tuple[dict, str]:
+    """load_model(model_id) in a fresh process against the Hub at `endpoint`: (result, what it printed)."""
+    environment = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_TOKEN")}
+    environment.update(HF_ENDPOINT=endpoint, HF_HOME=str(tmp_path / "hf-home"), HF_HUB_DISABLE_TELEMETRY="1")
+    done = subprocess.run(
+        [sys.executable, "-c", LOAD, model_id, json.dumps(constants)],
+        capture_output=True,
+        text=True,
+        timeout=120,  # seconds: a hang fails the test instead of stalling the suite
+        env=environment,
+        cwd=REPO,
+    )
+    line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line, done.stdout[-2000:] + done.stderr[-3000:]
+    return json.loads(line.removeprefix("RESULT ")), done.stdout
+
+
+def test_a_hub_that_accepts_and_never_answers_falls_back_in_seconds(tmp_path):
+    with silent_server() as url:
+        result, printed = load_through(url, "HuggingFaceTB/SmolLM2-135M", tmp_path)
+    assert result["embedded"], result
+    assert "the Hugging Face Hub cannot be reached" in printed
+    assert result["seconds"] < models.HUB_TIMEOUT_S + 10  # the answer check, then the embedded model
+
+
+def test_a_hub_model_is_fetched_then_loaded_with_no_further_request(tmp_path):
+    stray = f"/kit-tests/tiny/resolve/{COMMIT}/"  # where transformers looked for an adapter, unbounded
+    with fake_hub("kit-tests/tiny", EMBEDDED_DIR, hang=(stray,)) as (url, requests):
+        result, _ = load_through(url, "kit-tests/tiny", tmp_path)
+    assert result == {"embedded": False, "name": "kit-tests/tiny", "seconds": result["seconds"]}
+    fetched = {r.split("/resolve/main/")[-1] for r in requests if "/resolve/main/" in r}
+    assert fetched == set(models.EMBEDDED_FILES) | {"generation_config.json"}
+    assert not [r for r in requests if stray in r], requests
+
+
+@pytest.mark.parametrize(
+    ("model_id", "hang", "constants", "expected"),
+    [
+        ("kit-tests/tiny", "/api/models/", {"HUB_METADATA_TIMEOUT_S": 1.0}, "HUB_METADATA_TIMEOUT_S"),
+        ("kit-tests/tiny", "/kit-tests/tiny/resolve/main/model.", {"HUB_DOWNLOAD_TIMEOUT_S": 2.0}, "now 2 s"),
+        ("HuggingFaceTB/SmolLM2-135M", "/HuggingFaceTB/", {"HUB_DOWNLOAD_TIMEOUT_S": 2.0}, "EMBEDDED"),
+    ],
+    ids=["file list", "weights", "course model"],
+)
+def test_a_hub_that_stalls_midway_is_given_up_on_in_bounded_time(tmp_path, model_id, hang, constants, expected):
+    with fake_hub(model_id, EMBEDDED_DIR, hang=(hang,)) as (url, _):
+        result, printed = load_through(url, model_id, tmp_path, **constants)
+    if expected == "EMBEDDED":  # a course model: the embedded one, with the reason on screen
+        assert result["embedded"] and "the Hugging Face Hub stopped answering" in printed, printed
+    else:
+        assert f"Could not download '{model_id}': the Hugging Face Hub stopped answering" in result["error"]
+        assert expected in result["error"] and "smoke=True" in result["error"]
+    assert result["seconds"] < sum(constants.values()) + 15
+
+
+def test_a_model_the_hub_does_not_have_is_named(tmp_path):
+    with fake_hub("kit-tests/tiny", EMBEDDED_DIR) as (url, _):
+        result, _ = load_through(url, "kit-tests/tiny-typo", tmp_path)
+    assert result["error"].startswith("Could not load 'kit-tests/tiny-typo': RepositoryNotFoundError")
+    assert "Check the model id on huggingface.co" in result["error"]
 
 
 def test_local_folder_loads_without_the_hub(tmp_path, capsys):

@@ -4,10 +4,12 @@ import ast
 import json
 import re
 import shutil
-from importlib.metadata import requires
+import tomllib
+from importlib.metadata import requires, version
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from helpers.maintainer import notebooks
 from helpers.maintainer.notebooks import INSTALL_CELL, METADATA, NOTEBOOKS_DIR, REPO_ROOT
@@ -77,11 +79,61 @@ def test_install_cell_never_installs_torch():
     assert not any(d.startswith("torch") for d in requires(DISTRIBUTION))
 
 
-def test_every_dependency_is_pinned_exactly():
-    deps = requires(DISTRIBUTION)
-    pins = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", (REPO_ROOT / "requirements.txt").read_text(), re.M))
-    unpinned = [d for d in deps if d not in pins]
-    assert not unpinned, f"add exact pins to requirements.txt for {unpinned}"
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def exact_pins(name: str) -> dict[str, str]:
+    """{package: version} of the `==` lines of a requirements file, following `-r` includes."""
+    pins = {}
+    for line in (REPO_ROOT / name).read_text().splitlines():
+        if line.startswith("-r "):
+            pins |= exact_pins(line[3:].strip())
+        elif m := re.match(r"^([A-Za-z0-9_.-]+)==(\S+)", line):
+            pins[canonical(m[1])] = m[2]
+    return pins
+
+
+def dependencies() -> list[Requirement]:
+    """pyproject.toml's [project] dependencies, read from the file (the installed metadata may be older)."""
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    return [Requirement(d) for d in project["dependencies"]]
+
+
+def test_students_get_exact_pins_only_for_what_the_course_teaches_and_floors_for_the_rest():
+    students, tests = exact_pins("requirements.txt"), exact_pins("requirements-dev.txt")
+    for dep in dependencies():
+        name = canonical(dep.name)
+        if dep.specifier:  # a floor: pip keeps the runtime's copy when it meets it
+            assert all(s.operator == ">=" for s in dep.specifier), f"{dep}: a dependency gets a floor (>=) or nothing"
+            assert name not in students, (
+                f"{name} has a floor in pyproject.toml, so requirements.txt must not force its version on students"
+            )
+            assert name in tests and tests[name] in dep.specifier, (
+                f"pin {name} exactly in requirements-dev.txt, at a version that meets {dep.specifier}, for the tests"
+            )
+        else:  # what the course teaches: the install cell's constraints pin it
+            assert name in students, f"add an exact pin for {name} to requirements.txt, or give it a floor here"
+    taught = {canonical(d.name) for d in dependencies() if not d.specifier}
+    extra = sorted(set(students) - taught)
+    assert not extra, f"requirements.txt forces {extra}: pin only what pyproject.toml lists without a floor"
+    assert "psutil" not in students, "a fresh Colab kernel has psutil imported: replacing it forces a restart"
+
+
+def test_every_exact_pin_says_why():
+    lines = [line for line in (REPO_ROOT / "requirements.txt").read_text().splitlines() if "==" in line]
+    unexplained = [line for line in lines if not re.search(r"==\S+\s+#\s*\S", line)]
+    assert lines and not unexplained, f"give each pin a one-line reason after '  # ': {unexplained}"
+
+
+def test_test_tools_stay_out_of_what_students_install_and_the_tests_get_every_pin():
+    students = exact_pins("requirements.txt")
+    dev = (REPO_ROOT / "requirements-dev.txt").read_text()
+    assert re.search(r"^-r requirements\.txt$", dev, re.M), "requirements-dev.txt includes requirements.txt"
+    for tool in ("pytest", "nbval", "papermill", "ruff", "jupytext", "ipykernel", "nbstripout"):
+        assert tool not in students and tool in exact_pins("requirements-dev.txt"), tool
+    installed = {name: version(name) for name in exact_pins("requirements-dev.txt")}
+    assert installed == exact_pins("requirements-dev.txt"), "run `make setup`: the tests run against the exact pins"
 
 
 @pytest.fixture

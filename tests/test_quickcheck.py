@@ -26,9 +26,10 @@ from helpers.quickcheck.bank import BANK_DIR, BankError, bank_notebooks, get_que
 from helpers.quickcheck.grading import collect, grade, grade_submission
 from helpers.quickcheck.handout import HandoutError, student_version, write_student_versions
 from helpers.quickcheck.judging import CORRECT, INVALID, NEEDS_ID, UNANSWERED, WRONG, format_receipt, judge
-from helpers.quickcheck.reading import Cell, NotANotebook, find_answer, parse_notebook, scan
+from helpers.quickcheck.reading import Cell, find_answer, scan
 from helpers.quickcheck.safe_eval import Unreadable, evaluate, read_value
 from helpers.quickcheck.sealing import answer_hash, seal_file, unseal_text
+from helpers.quickcheck.submissions import NotANotebook, parse_notebook
 
 NB00 = NOTEBOOKS_DIR / "00_where_to_get_gpus.ipynb"
 ALL_QUESTIONS = [q for nb in bank_notebooks() for q in load_bank(nb)]
@@ -779,11 +780,11 @@ def leaks(nb, student_id=""):
 @pytest.fixture(scope="module")
 def student_run(tmp_path_factory):
     """Student versions of the kit's notebooks, and notebook 00's executed by the runner (papermill)."""
-    from helpers.maintainer.runner import execute
+    from helpers.maintainer.runner import CELL_TIMEOUT_S, execute
 
     root = tmp_path_factory.mktemp("e2e")
     made = write_student_versions(NOTEBOOKS_DIR, root / "handout")
-    outcome = execute(root / "handout" / NB00.name, root / "build", smoke=True)
+    outcome = execute(root / "handout" / NB00.name, root / "build", smoke=True, cell_timeout=CELL_TIMEOUT_S["smoke"])
     assert outcome.status == "ok", outcome.error
     return root, made, json.loads((root / "build" / "notebooks" / NB00.name).read_text())
 

@@ -7,6 +7,7 @@ Corrupt and partial checkpoints, as a kill during a save leaves them, are detect
 with a message that names the folder and the reason.
 """
 
+import hashlib
 import json
 import os
 import re
@@ -132,6 +133,23 @@ def weights(folder: Path) -> Path:
     return next(folder.glob("*.safetensors"))
 
 
+def zero_tensor_data(path: Path):
+    """Zero every tensor byte of a safetensors file, header kept: same size, same structure."""
+    data = bytearray(path.read_bytes())
+    start = 8 + int.from_bytes(data[:8], "little")
+    data[start:] = bytes(len(data) - start)
+    path.write_bytes(data)
+
+
+def zero_middle(path: Path):
+    """Zero 64 bytes in the middle of a file (a bad sector, a bad copy): same size, zip directory intact."""
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 64] = bytes(64)
+    path.write_bytes(data)
+
+
+SAME_SIZE = r"\.{} does not match the SHA-256 recorded when it was saved"
 # what a kill during a save (or a full disk, or a bad copy) leaves, and what the message must say
 CORRUPTIONS = {
     "truncated weights": (lambda c: truncate(weights(c), 0.5), r"\.safetensors is truncated: [\d,]+ of [\d,]+ bytes"),
@@ -154,6 +172,14 @@ CORRUPTIONS = {
         r"header alone needs",
     ),
     "no weights": (lambda c: weights(c).unlink(), r"no weights file"),
+    # damage at the file's own size: only the checksums in run_manifest.json can tell
+    "weights zeroed at the same size": (lambda c: zero_tensor_data(weights(c)), SAME_SIZE.format("safetensors")),
+    "optimizer state overwritten at the same size": (lambda c: zero_middle(c / "optimizer.pt"), SAME_SIZE.format("pt")),
+    "rng state overwritten at the same size": (lambda c: zero_middle(c / "rng_state.pth"), SAME_SIZE.format("pth")),
+    "trainer state edited at the same size": (
+        lambda c: (c / "trainer_state.json").write_text((c / "trainer_state.json").read_text().replace("0", "1")),
+        SAME_SIZE.format("json"),
+    ),
 }
 
 
@@ -168,7 +194,90 @@ def test_a_bad_newest_checkpoint_is_named_and_the_previous_one_used(interrupted,
     assert latest_valid_checkpoint(tmp_path) == str(tmp_path / "checkpoint-8")
     out = capsys.readouterr().out
     assert re.search(rf"skipping {re.escape(str(tmp_path / 'checkpoint-12'))}: .*{why}", out), out
-    assert f"resuming from {tmp_path / 'checkpoint-8'} (step 8)" in out
+    assert f"resuming from {tmp_path / 'checkpoint-8'} (step 8): its " in out
+    assert "files match the SHA-256 checksums in its run_manifest.json" in out
+
+
+@pytest.mark.parametrize("corruption", [c for c in CORRUPTIONS if "same size" in c])
+def test_damage_at_the_same_size_passes_every_structural_check(interrupted, tmp_path, corruption):
+    """Why the checksums: without them (a checkpoint saved without ManifestCallback) this damage passes."""
+    base = interrupted[-1]
+    shutil.copytree(base / "reference" / "checkpoint-12", tmp_path / "checkpoint-12")
+    CORRUPTIONS[corruption][0](tmp_path / "checkpoint-12")
+    assert check_checkpoint(tmp_path / "checkpoint-12") != []
+    (tmp_path / "checkpoint-12" / MANIFEST_NAME).unlink()
+    assert check_checkpoint(tmp_path / "checkpoint-12") == []
+
+
+def test_without_checksums_the_pick_says_it_checked_the_structure_only(interrupted, tmp_path, capsys):
+    base = interrupted[-1]
+    shutil.copytree(base / "reference" / "checkpoint-12", tmp_path / "checkpoint-12")
+    (tmp_path / "checkpoint-12" / MANIFEST_NAME).unlink()
+    assert latest_valid_checkpoint(tmp_path) == str(tmp_path / "checkpoint-12")
+    out = capsys.readouterr().out
+    assert "(step 12): structure checked only: no run_manifest.json with checksums (saved without Manifest" in out
+
+
+def test_the_manifest_records_a_checksum_of_every_file(interrupted):
+    folder = interrupted[-1] / "reference" / "checkpoint-12"
+    recorded = load_manifest(folder)["checksums"]
+    on_disk = sorted(p.name for p in folder.iterdir() if p.name != MANIFEST_NAME)
+    assert recorded["algorithm"] == "sha256" and sorted(recorded["files"]) == on_disk
+    assert {"adapter_model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json"} <= set(
+        on_disk
+    )
+    for name, entry in recorded["files"].items():
+        data = (folder / name).read_bytes()
+        assert entry == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}, name
+
+
+# a malformed file of every kind is a reason to skip, never an exception
+def set_header(path: Path, header):
+    """Replace a safetensors file's JSON header, keeping its data."""
+    data = path.read_bytes()
+    text = json.dumps(header).encode()
+    path.write_bytes(len(text).to_bytes(8, "little") + text + data[8 + int.from_bytes(data[:8], "little") :])
+
+
+def sharded(folder: Path, index: str):
+    weights(folder).unlink()
+    (folder / "model.safetensors.index.json").write_text(index)
+
+
+MALFORMED = {
+    "header is a list": (lambda c: set_header(weights(c), [1, 2]), "not a table of tensors with data offsets"),
+    "tensor without offsets": (lambda c: set_header(weights(c), {"w": {"dtype": "F32"}}), "with data offsets"),
+    "offsets as text": (lambda c: set_header(weights(c), {"w": {"data_offsets": ["0", "4"]}}), "with data offsets"),
+    "index map is a list": (lambda c: sharded(c, '{"weight_map": [1]}'), "weight_map that is not a table"),
+    "index names lists": (lambda c: sharded(c, '{"weight_map": {"a": [1]}}'), "weight_map that is not a table"),
+    "index is a list": (lambda c: sharded(c, "[1]"), r"index\.json does not parse \(TypeError\)"),
+    "index points outside": (
+        lambda c: sharded(c, '{"weight_map": {"a": "../../etc/passwd"}}'),
+        "names a shard outside the checkpoint",
+    ),
+    "state is binary": (lambda c: (c / "trainer_state.json").write_bytes(b"\xff\xfe\x00"), "does not parse"),
+    "optimizer is not a zip": (lambda c: (c / "optimizer.pt").write_bytes(b"PK\x03\x04" + b"\0" * 64), "optimizer"),
+    "manifest cut off": (
+        lambda c: truncate(c / MANIFEST_NAME, 0.5),
+        r"run_manifest\.json does not parse .*delete run_manifest\.json to resume",
+    ),
+    "checksums malformed": (
+        lambda c: (c / MANIFEST_NAME).write_text(json.dumps({"checksums": {"algorithm": "sha256", "files": [1]}})),
+        "the checksums in run_manifest.json are malformed",
+    ),
+}
+
+
+@pytest.mark.parametrize("malformed", MALFORMED)
+def test_a_malformed_checkpoint_is_skipped_never_raised_on(interrupted, tmp_path, capsys, malformed):
+    base = interrupted[-1]
+    for step in (8, 12):
+        shutil.copytree(base / "reference" / f"checkpoint-{step}", tmp_path / f"checkpoint-{step}")
+    damage, why = MALFORMED[malformed]
+    damage(tmp_path / "checkpoint-12")
+    assert latest_valid_checkpoint(tmp_path) == str(tmp_path / "checkpoint-8")
+    out = capsys.readouterr().out
+    assert re.search(rf"skipping {re.escape(str(tmp_path / 'checkpoint-12'))}: .*{why}", out), out
 
 
 def test_weights_only_checkpoints_load_but_do_not_resume(interrupted, tmp_path):

@@ -1,14 +1,16 @@
 """`python -m helpers run`: every notebook executed by papermill on the embedded model, and its errors."""
 
 import json
+import signal
 import subprocess
 import sys
+import time
 
 import nbformat
 import pytest
 
 from helpers.maintainer.notebooks import NOTEBOOKS_DIR
-from helpers.maintainer.runner import UsageError, select
+from helpers.maintainer.runner import UsageError, run, select
 
 
 def run_cli(*args, cwd=None):
@@ -102,3 +104,104 @@ def test_parameters_with_arithmetic_comments_are_still_injected(tmp_path):
     assert done.returncode == 0, done.stderr
     assert json.loads((tmp_path / "out" / "results" / "97_params.json").read_text()) == {"max_steps": 4}
     assert "Unable to parse" not in done.stdout + done.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# whatever stops one notebook is one failed row: every other notebook runs, the summary is written
+
+
+def write_notebooks(folder, sources: dict) -> None:
+    """One notebook per name, its cells from `sources[name]` (a list of sources), or raw text for a non-notebook."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, cells in sources.items():
+        if isinstance(cells, str):
+            (folder / f"{name}.ipynb").write_text(cells)
+            continue
+        nb = nbformat.v4.new_notebook()
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nb.cells = [nbformat.v4.new_code_cell(source) for source in cells]
+        nbformat.write(nb, folder / f"{name}.ipynb")
+
+
+RUNS_AFTER = ["import helpers\nhelpers.record('ran', True)"]
+
+
+def test_a_dead_kernel_a_hanging_cell_and_a_corrupt_file_are_failed_rows_and_the_rest_still_runs(tmp_path):
+    write_notebooks(
+        tmp_path / "nbs",
+        {
+            "01_oom_killed": ["x = 1", "import os\nos.kill(os.getpid(), 9)  # what the kernel's OOM killer does"],
+            "02_corrupt": '{"cells": [ a notebook cut off mid-write',
+            "03_hangs": ["import time\ntime.sleep(3600)  # a cell that never returns"],
+            "04_runs_after": RUNS_AFTER,
+        },
+    )
+    start = time.perf_counter()
+    done = run_cli("--notebooks", str(tmp_path / "nbs"), "--out", str(tmp_path / "out"), "--cell-timeout", "3")
+    assert time.perf_counter() - start < 120  # seconds: the hanging cell is stopped after 3
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "1 ok, 3 failed" in done.stdout
+    assert "helpers/maintainer/runner.py" not in done.stderr, "no traceback from the runner itself"
+    rows = {row["notebook"]: row for row in json.loads((tmp_path / "out" / "summary.json").read_text())}
+    assert {name: row["status"] for name, row in rows.items()} == {
+        "01_oom_killed": "failed",
+        "02_corrupt": "failed",
+        "03_hangs": "failed",
+        "04_runs_after": "ok",
+    }
+    died, hung = rows["01_oom_killed"]["error"], rows["03_hangs"]["error"]
+    assert "the kernel died while running a cell" in died
+    assert "(number 2 of 2)" in died and "os.kill(os.getpid(), 9)" in died  # the cell it died in
+    assert "02_corrupt.ipynb is not a valid notebook (NotJSONError" in rows["02_corrupt"]["error"]
+    assert "ran past --cell-timeout (3 s)" in hung and "time.sleep(3600)" in hung
+    assert rows["03_hangs"]["seconds"] < 60
+    assert rows["04_runs_after"]["results"] == {"ran": True}
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "| 04_runs_after | ok |" in summary and summary.count("```\n") == 2 * 3  # three failures shown
+
+
+def test_an_interrupt_still_writes_the_summary(tmp_path):
+    write_notebooks(tmp_path / "nbs", {"01_hangs": ["import time\ntime.sleep(3600)"], "02_never_reached": RUNS_AFTER})
+    out = tmp_path / "out"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "helpers", "run", "--notebooks", str(tmp_path / "nbs"), "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        # papermill writes the executed copy as the first cell starts
+        while not (out / "notebooks" / "01_hangs.ipynb").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1)  # into the sleeping cell
+        process.send_signal(signal.SIGINT)  # Ctrl-C
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, stdout + stderr
+    assert "interrupted" in stderr and "0 ok, 0 failed, 2 not run" in stdout
+    rows = json.loads((out / "summary.json").read_text())
+    assert [(r["notebook"], r["status"]) for r in rows] == [("01_hangs", "not run"), ("02_never_reached", "not run")]
+
+
+def test_out_must_be_a_folder_that_can_be_written(tmp_path):
+    (tmp_path / "a-file").write_text("not a folder")
+    for out, why in [
+        (tmp_path / "a-file", "is a file, not a folder: pass a folder"),
+        (tmp_path / "a-file" / "sub", "cannot be written (Not a directory): pass a folder you can write to"),
+    ]:
+        done = run_cli("--only", "00", "--out", str(out))
+        assert done.returncode == 2 and f"error: --out {out} {why}" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+    assert (tmp_path / "a-file").read_text() == "not a folder"  # left as it was
+
+
+@pytest.mark.parametrize("seconds", ["0", "-5", "nan", "inf", "ten"])
+def test_cell_timeout_must_be_a_positive_number_of_seconds(seconds):
+    done = run_cli("--only", "00", "--cell-timeout", seconds)
+    assert done.returncode == 2 and "argument --cell-timeout" in done.stderr
+    assert "e.g. --cell-timeout 300" in done.stderr
+    assert "Traceback" not in done.stderr
+    with pytest.raises(UsageError, match="--cell-timeout"):  # the same check for a caller of runner.run
+        run(["00"], cell_timeout=float(seconds) if seconds != "ten" else seconds)

@@ -20,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
+from fake_servers import silent_server
 from transformers import Trainer, TrainingArguments
 
 from helpers import tracking
@@ -284,3 +285,37 @@ def test_a_tracked_run_logs_its_manifests_and_leaks_no_secret(sandbox, monkeypat
     assert files_containing(sandbox, secrets) == []
     out = capfd.readouterr()
     assert not any(form.decode() in out.out + out.err for s in secrets for form in forms_of(s))
+
+
+# ---------------------------------------------------------------------------------------------
+# a server that accepts connections and never answers (tests/fake_servers.py, on 127.0.0.1)
+
+
+def test_a_wandb_server_that_never_answers_means_offline_in_seconds(sandbox, monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
+    with silent_server() as url:
+        monkeypatch.setenv("WANDB_BASE_URL", url)
+        start = time.perf_counter()
+        run = init_tracking("kit-test")
+        seconds = time.perf_counter() - start
+    assert run.mode == "offline" and "cannot be reached (no answer within 3 s" in run.reason, run.reason
+    # before: the TCP check passed, and wandb.init waited its whole ONLINE_INIT_TIMEOUT_S (31 s measured)
+    assert seconds < tracking.HOST_TIMEOUT_S + 15
+    run.finish()
+
+
+class FakeStalledRun:
+    """FAKE: an online wandb run whose server took the run's start, then stopped answering."""
+
+    def finish(self):
+        time.sleep(30)
+
+
+def test_an_online_run_whose_server_stalls_finishes_in_bounded_time(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(tracking, "FINISH_TIMEOUT_S", 0.5)
+    run = tracking.Tracking("kit-test", "online", "W&B key from a test", "a test", FakeStalledRun(), tmp_path)
+    start = time.perf_counter()
+    assert run.finish() is None
+    assert time.perf_counter() - start < 5
+    out = capsys.readouterr().out
+    assert "did not take the run's last records within 0.5 s" in out and f"wandb sync {tmp_path}" in out

@@ -11,17 +11,20 @@ from __future__ import annotations
 import copy
 import re
 from pathlib import Path
+from string import Template
 
 __all__ = [
     "BRANCH",
     "DISTRIBUTION",
     "INSTALL_CELL",
+    "INSTALL_TEMPLATE",
     "METADATA",
     "NOTEBOOKS_DIR",
     "REPOSITORY",
     "REPO_ROOT",
     "SOURCES_DIR",
     "build",
+    "install_cell",
     "notebook_path",
     "problems",
     "render",
@@ -34,7 +37,10 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 SOURCES_DIR = NOTEBOOKS_DIR / "src"
 
-# Where students install the kit from; forks change these two lines and nothing else.
+# Where students open the notebooks and install the kit from: a GitHub repository and a git ref (a
+# branch, or a tag that freezes a term's copy). The badges, the install cells and the README links
+# all come from these two lines; `python -m helpers publish --repo OWNER/NAME --ref REF` rewrites
+# them and rebuilds everything that names them (helpers/maintainer/publish.py).
 REPOSITORY = "compute-realities/finetune-kit"
 BRANCH = "main"
 
@@ -42,19 +48,28 @@ BRANCH = "main"
 DISTRIBUTION = "compute-realities-kit"
 
 # The same text in every notebook (a test checks). What it does, in order:
-# 1. nothing at all where the kit is installed (a local clone after `make`, or the cell's second run);
-#    it asks for the distribution rather than for `import helpers`, a name another package may own;
+# 1. nothing at all where the kit is installed (a local clone after `make`, or the cell's second run,
+#    which is also the run after the restart of step 5); it asks for the distribution rather than
+#    for `import helpers`, a name another package may own;
 # 2. on Kaggle, whose internet can be switched off, a 5-second probe, so the student reads how to
 #    switch it on instead of pip's retries and a connection traceback;
-# 3. pip with two constraints files: requirements.txt (the exact pins) and the runtime's own torch
-#    version, so pip can never replace torch (a new torch build costs minutes and breaks CUDA,
-#    torchvision and the runtime); if a pin ever needs a newer torch, pip stops and says so;
+# 3. pip with two constraints files: requirements.txt at the same ref (the exact pins of what the
+#    course teaches; pyproject.toml gives only floors for what the runtime owns, such as psutil, so
+#    pip keeps the runtime's copy) and the runtime's own torch version, so pip can never replace
+#    torch (a new torch build costs minutes and breaks CUDA, torchvision and the runtime); the kit
+#    itself comes from the same ref as the notebook, so helpers and notebook always match;
 # 4. pip's output only when it fails (its conflict report included), so a good install reads as two
-#    lines, not a screen of "Collecting ..." and resolver warnings about other preinstalled packages.
+#    lines, not a screen of "Collecting ..." and resolver warnings about other preinstalled packages;
+# 5. the versions of every library the session has already imported (its top-level module is in
+#    sys.modules), before and after pip: where pip replaced one, the session would go on with the
+#    old code half-mixed with the new, so the cell lists them and stops "Run all" with the menu to
+#    click. Colab: Runtime > Restart session. Kaggle: Run > Restart & clear cell outputs (the label
+#    in Kaggle's editor, which public Kaggle guides give for the same case; Kaggle's docs do not
+#    name the menu); not Factory reset, which would also undo the install.
 # scripts/measure_install.py runs this very text against a local checkout and a venv that holds
-# torch, and reports what pip would download.
-INSTALL_CELL = f"""\
-# Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
+# torch, and reports what pip would download and which of the runtime's libraries it would replace.
+# $DISTRIBUTION, $REPOSITORY and $REF are filled in by install_cell().
+INSTALL_TEMPLATE = r"""# Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
 # nothing happens where the kit is installed already (a clone set up with `make`, or a second run).
 import importlib.metadata as metadata
 import os
@@ -63,8 +78,8 @@ import subprocess
 import sys
 import tempfile
 
-if not any(metadata.distributions(name="{DISTRIBUTION}")):
-    repo, branch = "{REPOSITORY}", "{BRANCH}"
+if not any(metadata.distributions(name="$DISTRIBUTION")):
+    repo, ref = "$REPOSITORY", "$REF"
     if "KAGGLE_KERNEL_RUN_TYPE" in os.environ:  # Kaggle's internet may be off: say so now, not after pip's retries
         try:
             socket.create_connection(("github.com", 443), timeout=5).close()
@@ -75,16 +90,39 @@ if not any(metadata.distributions(name="{DISTRIBUTION}")):
             ) from None
     runtime_pins = os.path.join(tempfile.mkdtemp(), "runtime-pins.txt")  # pip may not replace the runtime's torch
     with open(runtime_pins, "w") as f:
-        f.writelines(f"torch=={{d.version}}\\n" for d in metadata.distributions(name="torch"))
-    pins = f"https://raw.githubusercontent.com/{{repo}}/{{branch}}/requirements.txt"
+        f.writelines(f"torch=={d.version}\n" for d in metadata.distributions(name="torch"))
+    pins = f"https://raw.githubusercontent.com/{repo}/{ref}/requirements.txt"
     pip = [sys.executable, "-m", "pip", "install", "--retries", "1", "-c", pins, "-c", runtime_pins]
-    pip.append(f"git+https://github.com/{{repo}}.git@{{branch}}")
-    print(f"Installing the kit from github.com/{{repo}} ...")
+    pip.append(f"git+https://github.com/{repo}.git@{ref}")
+
+    def imported():  # name -> version of each library this session has imported (a fresh Colab has psutil)
+        found = metadata.packages_distributions().items()
+        names = {d for module, ds in found if module in sys.modules for d in ds if d}
+        return {name: metadata.version(name) for name in sorted(names)}
+
+    before = imported()
+    print(f"Installing the kit from github.com/{repo} at {ref} ...")
     done = subprocess.run(pip, capture_output=True, text=True)  # pip's output only if it fails
     if done.returncode != 0:
-        print(done.stdout[-3000:], done.stderr[-3000:], sep="\\n")
+        print(done.stdout[-3000:], done.stderr[-3000:], sep="\n")
         raise RuntimeError("Installing the kit failed: pip says why just above. Fix that, then run this cell again.")
+    after = imported()
+    replaced = [f"{name} {old} -> {after.get(name, 'gone')}" for name, old in before.items() if after.get(name) != old]
+    if replaced:  # the session holds their old code: only a restart loads the new versions
+        print("Installed, but pip replaced libraries this session had already imported:", *replaced, sep="\n  ")
+        raise RuntimeError(
+            "Restart the session, then run the notebook from the top (this cell will skip the install). "
+            "Colab: Runtime > Restart session. Kaggle: Run > Restart & clear cell outputs."
+        )
     print("Installed.")"""
+
+
+def install_cell(repository: str = REPOSITORY, ref: str = BRANCH) -> str:
+    """The install cell's text for students who open the notebooks from `repository` at `ref`."""
+    return Template(INSTALL_TEMPLATE).substitute(DISTRIBUTION=DISTRIBUTION, REPOSITORY=repository, REF=ref)
+
+
+INSTALL_CELL = install_cell()
 
 INSTALL_MARKER = '# %% tags=["install"]'
 SYNC_COMMAND = "make notebooks"
@@ -108,23 +146,23 @@ def notebook_path(source: Path) -> Path:
     return source.parent.parent / f"{source.stem}.ipynb"
 
 
-def with_install_cell(text: str) -> str:
-    """Return a py:percent source whose install cell holds exactly INSTALL_CELL."""
+def with_install_cell(text: str, cell: str = INSTALL_CELL) -> str:
+    """Return a py:percent source whose install cell holds exactly `cell` (default: INSTALL_CELL)."""
     start = text.find(INSTALL_MARKER)
     if start < 0:
         raise ValueError(f"no install cell: add a cell starting with {INSTALL_MARKER} after the title cell")
     body = start + len(INSTALL_MARKER) + 1
     nxt = re.compile(r"^# %%", re.M).search(text, body)
     end = nxt.start() if nxt else len(text)
-    return text[:body] + INSTALL_CELL + ("\n\n" if nxt else "\n") + text[end:]
+    return text[:body] + cell + ("\n\n" if nxt else "\n") + text[end:]
 
 
-def build(source: Path):
-    """Build the stripped notebook for one source, deterministically (same text, same bytes)."""
+def build(source: Path, cell: str = INSTALL_CELL):
+    """Build the stripped notebook for one source, with `cell` as its install cell, deterministically."""
     import jupytext
     import nbformat
 
-    nb = jupytext.reads(with_install_cell(source.read_text()), fmt="py:percent")
+    nb = jupytext.reads(with_install_cell(source.read_text(), cell), fmt="py:percent")
     nb.metadata = copy.deepcopy(METADATA)
     for i, cell in enumerate(nb.cells):
         cell.id = f"{source.stem[:2]}-{i:02d}"  # stable ids: a rebuild changes nothing
@@ -136,21 +174,21 @@ def build(source: Path):
     return nb
 
 
-def render(source: Path) -> str:
+def render(source: Path, cell: str = INSTALL_CELL) -> str:
     import nbformat
 
-    return nbformat.writes(build(source)) + "\n"
+    return nbformat.writes(build(source, cell)) + "\n"
 
 
-def sync(folder: Path = SOURCES_DIR) -> list[Path]:
-    """Rewrite install cells in the sources and every notebook that differs; return what changed."""
+def sync(folder: Path = SOURCES_DIR, cell: str = INSTALL_CELL) -> list[Path]:
+    """Rewrite install cells (to `cell`) in the sources and every notebook that differs; return what changed."""
     changed = []
     for source in sources(folder):
         text = source.read_text()
-        if with_install_cell(text) != text:
-            source.write_text(with_install_cell(text))
+        if with_install_cell(text, cell) != text:
+            source.write_text(with_install_cell(text, cell))
             changed.append(source)
-        target, wanted = notebook_path(source), render(source)
+        target, wanted = notebook_path(source), render(source, cell)
         if not target.exists() or target.read_text() != wanted:
             target.write_text(wanted)
             changed.append(target)

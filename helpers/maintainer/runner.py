@@ -3,6 +3,17 @@
 `make run` is this command; the tests run it with `--smoke`. For each notebook it writes
 `<out>/notebooks/<stem>.ipynb` (the executed copy), `<out>/results/<stem>.json` (what the
 notebook passed to `helpers.record`), then `<out>/summary.md` and `<out>/summary.json`.
+
+Every notebook runs, whatever happens to the others, and the summary is always written: a failing
+cell, a kernel that dies (killed for memory), a cell that runs past `--cell-timeout`, a file that is
+not a notebook, or anything else that stops one notebook is one failed row, named with its cause.
+An interrupt (Ctrl-C) writes the summary too, with the notebooks it did not reach as "not run".
+The exit code: 0 when every notebook ran clean, 1 when any did not, 130 after an interrupt.
+
+`--cell-timeout SECONDS` bounds each cell: 300 s by default with `--smoke` (the slowest smoke
+notebook takes about 20 s in all on a laptop CPU: room for a loaded CI machine), 3600 s without
+(a real 7B download or fine-tune cell on a T4). A cell past it fails its notebook, and the kernel
+is shut down; the next notebook starts in a fresh one.
 """
 
 from __future__ import annotations
@@ -10,21 +21,37 @@ from __future__ import annotations
 import ast
 import json
 import logging
-import os
+import math
 import re
 import sys
 import time
-from contextlib import contextmanager
+import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from helpers._util import environ
 from helpers.maintainer.notebooks import NOTEBOOKS_DIR
 from helpers.results import load_results
+from helpers.simulate import VARIABLE as simulate_variable
 
-__all__ = ["Outcome", "UsageError", "declared_parameters", "execute", "format_line", "run", "select", "write_summary"]
+__all__ = [
+    "CELL_TIMEOUT_S",
+    "Outcome",
+    "UsageError",
+    "declared_parameters",
+    "execute",
+    "format_line",
+    "run",
+    "select",
+    "write_summary",
+]
 
 # What --smoke injects, for the notebooks whose parameters cell declares them.
 SMOKE_PARAMETERS = {"smoke": True, "max_steps": 4}
+# seconds one cell may run before its notebook fails (--cell-timeout): see the module docstring
+CELL_TIMEOUT_S = {"smoke": 300.0, "full": 3600.0}
+MAX_CELL_TIMEOUT_S = 7 * 24 * 3600.0  # a week: past this, a typo more likely than a plan
+INTERRUPTED = 130  # the shell's exit code for Ctrl-C
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -35,7 +62,7 @@ class UsageError(ValueError):
 @dataclass
 class Outcome:
     notebook: str
-    status: str  # "ok" or "failed"
+    status: str  # "ok", "failed" or "not run" (after an interrupt)
     seconds: float
     results: dict = field(default_factory=dict)
     error: str = ""
@@ -60,41 +87,62 @@ def select(names: list[str] | None, folder: Path = NOTEBOOKS_DIR) -> list[Path]:
     return chosen
 
 
-def execute(path: Path, out: Path, *, smoke: bool) -> Outcome:
-    """Execute one notebook with papermill; never raises for a failing cell."""
+def execute(
+    path: Path, out: Path, *, smoke: bool, simulate: str | None = None, cell_timeout: float | None = None
+) -> Outcome:
+    """Execute one notebook with papermill; never raises for anything that stops the notebook.
+
+    A failing cell, a dead kernel, a cell past `cell_timeout` seconds (default: `CELL_TIMEOUT_S`
+    for the mode), a file that is not a notebook: each is a failed Outcome whose `error` names the
+    cause and the cell. `simulate` ("T4", "T4x2", "A100") runs it on this CPU as if on that card
+    (`helpers.simulate`).
+    """
+    cell_timeout = cell_timeout or CELL_TIMEOUT_S["smoke" if smoke else "full"]
+    stem = path.stem
+    results_file = out / "results" / f"{stem}.json"
+    executed = out / "notebooks" / f"{stem}.ipynb"
+    start = time.perf_counter()
+    try:
+        _papermill(path, executed, results_file, out / "work" / stem, smoke, simulate, cell_timeout)
+        error = ""
+    except Exception as e:  # one notebook's end, whatever its cause: the next one still runs
+        error = _describe_failure(path, executed, e, cell_timeout)
+    seconds = time.perf_counter() - start
+    try:
+        results = load_results(results_file)
+    except (OSError, ValueError) as e:  # a results file the notebook left unreadable
+        results, error = {}, error or f"{path.name}: its results file {results_file} does not read back ({e})"
+    return Outcome(stem, "failed" if error else "ok", seconds, results, error)
+
+
+def _papermill(path, executed, results_file, workdir, smoke, simulate, cell_timeout) -> None:
+    """Run papermill on one notebook; raises what papermill, nbclient or nbformat raise."""
     import papermill as pm
 
     # papermill re-reads the parameters cell for its report and warns about every line whose
     # comment holds an "=", which the kit's style does on purpose; declared_parameters reads it
     logging.getLogger("papermill.translators").setLevel(logging.ERROR)
-    stem = path.stem
-    results_file = out / "results" / f"{stem}.json"
     results_file.unlink(missing_ok=True)  # figures from an earlier run must not pass as this run's
-    workdir = out / "work" / stem
+    executed.unlink(missing_ok=True)  # nor an executed copy from an earlier run
     workdir.mkdir(parents=True, exist_ok=True)
-    (out / "notebooks").mkdir(parents=True, exist_ok=True)
+    executed.parent.mkdir(parents=True, exist_ok=True)
     declared = declared_parameters(path)
     parameters = {"smoke": smoke} if "smoke" in declared else {}
     if smoke:
         parameters.update({k: v for k, v in SMOKE_PARAMETERS.items() if k in declared})
     # the kernel inherits these; record() reads them
-    kernel_env = {"HELPERS_RESULTS_DIR": str(results_file.parent.resolve()), "HELPERS_NOTEBOOK": stem}
-    start = time.perf_counter()
-    error = ""
-    with _environ(kernel_env):
-        try:
-            pm.execute_notebook(
-                str(path),
-                str(out / "notebooks" / f"{stem}.ipynb"),
-                parameters=parameters,
-                kernel_name="python3",
-                cwd=str(workdir),
-                progress_bar=False,
-            )
-        except pm.PapermillExecutionError as e:
-            error = _describe_failure(path, e)
-    seconds = time.perf_counter() - start
-    return Outcome(stem, "failed" if error else "ok", seconds, load_results(results_file), error)
+    kernel_env = {"HELPERS_RESULTS_DIR": str(results_file.parent.resolve()), "HELPERS_NOTEBOOK": path.stem}
+    kernel_env[simulate_variable] = simulate or ""  # an empty value: the real machine
+    with environ(kernel_env):
+        pm.execute_notebook(
+            str(path),
+            str(executed),
+            parameters=parameters,
+            kernel_name="python3",
+            cwd=str(workdir),
+            progress_bar=False,
+            execution_timeout=cell_timeout,
+        )
 
 
 def declared_parameters(path: Path) -> set[str]:
@@ -109,7 +157,10 @@ def declared_parameters(path: Path) -> set[str]:
     cells = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     if not cells:
         return set()
-    tree = ast.parse(cells[0].source)
+    try:
+        tree = ast.parse(cells[0].source)
+    except SyntaxError:  # nothing to inject into; the kernel reports the cell's error when it runs it
+        return set()
     return {
         t.id
         for node in tree.body
@@ -119,28 +170,60 @@ def declared_parameters(path: Path) -> set[str]:
     }
 
 
-@contextmanager
-def _environ(values: dict[str, str]):
-    """Set environment variables for the duration of a block, then put the old ones back."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
+def _describe_failure(path: Path, executed: Path, e: Exception, cell_timeout: float) -> str:
+    """What stopped the notebook, in words, with the cell it stopped in."""
+    import nbformat
+    import papermill as pm
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    if isinstance(e, pm.PapermillExecutionError):
+        tb = ANSI.sub("", "\n".join(e.traceback[-8:]))
+        return (
+            f"{path.name}: cell {e.exec_count} failed with {e.ename}: {e.evalue}\n"
+            f"  the cell:\n{_indent(e.source)}\n  traceback (last lines):\n{tb}"
+        )
+    if isinstance(e, DeadKernelError):
+        return (
+            f"{path.name}: the kernel died while running a cell (killed, or crashed: most often the system "
+            "killed it for using more memory than the machine has; lower per_device_batch or seq_len)"
+            f"{_last_cell(executed)}"
+        )
+    if isinstance(e, CellTimeoutError):
+        return (
+            f"{path.name}: a cell ran past --cell-timeout ({cell_timeout:g} s) and was stopped; if it is "
+            f"only slow on this machine, pass a larger --cell-timeout{_last_cell(executed)}"
+        )
+    if isinstance(e, (nbformat.reader.NotJSONError, nbformat.ValidationError, json.JSONDecodeError)):
+        return (
+            f"{path.name} is not a valid notebook ({type(e).__name__}: {_first_line(e)}). Rebuild it from "
+            "notebooks/src with `python -m helpers notebooks`, or restore it with git."
+        )
+    tb = "".join(traceback.format_exception(e)[-6:])
+    return f"{path.name}: the run stopped with {type(e).__name__}: {_first_line(e)}\n  traceback (last lines):\n{tb}"
+
+
+def _last_cell(executed: Path) -> str:
+    """The cell that was running when the notebook stopped: the last one papermill started."""
+    import nbformat
+
     try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        cells = nbformat.read(executed, as_version=4).cells
+    except (OSError, ValueError):  # not written yet: it stopped before the first cell
+        return ""
+    started = [(i, c) for i, c in enumerate(cells) if c.get("metadata", {}).get("papermill", {}).get("start_time")]
+    if not started:
+        return ""
+    index, cell = started[-1]
+    return f"\n  the cell (number {index + 1} of {len(cells)}):\n{_indent(cell.source)}"
 
 
-def _describe_failure(path: Path, e) -> str:
-    tb = ANSI.sub("", "\n".join(e.traceback[-8:]))
-    source = "\n".join("    " + line for line in e.source.splitlines())
-    return (
-        f"{path.name}: cell {e.exec_count} failed with {e.ename}: {e.evalue}\n"
-        f"  the cell:\n{source}\n  traceback (last lines):\n{tb}"
-    )
+def _indent(source: str) -> str:
+    return "\n".join("    " + line for line in source.splitlines())
+
+
+def _first_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0][:300] if lines else ""
 
 
 def format_line(o: Outcome, max_figures: int = 5) -> str:
@@ -156,18 +239,16 @@ def _short(v) -> str:
     return text if len(text) <= 24 else text[:21] + "..."
 
 
-def write_summary(outcomes: list[Outcome], out: Path, *, smoke: bool) -> Path:
+def write_summary(outcomes: list[Outcome], out: Path, *, smoke: bool, simulate: str | None = None) -> Path:
     """Write summary.json and summary.md under `out`; return the markdown path."""
     (out / "summary.json").write_text(json.dumps([asdict(o) for o in outcomes], indent=2) + "\n")
-    lines = [
-        "# Notebook run summary",
-        "",
-        "Mode: "
-        + (
-            "smoke (embedded tiny model)."
-            if smoke
-            else "full (falls back to the embedded model without a GPU or the Hub)."
-        ),
+    mode = (
+        "smoke (embedded tiny model)." if smoke else "full (falls back to the embedded model without a GPU or the Hub)."
+    )
+    lines = ["# Notebook run summary", "", f"Mode: {mode}"]
+    if simulate:
+        lines += ["", f"**Simulated {simulate} on a CPU**: no figure below is a GPU measurement (`helpers.simulate`)."]
+    lines += [
         "",
         "| notebook | status | seconds | figures |",
         "|---|---|---:|---|",
@@ -184,24 +265,98 @@ def write_summary(outcomes: list[Outcome], out: Path, *, smoke: bool) -> Path:
 
 
 def run(
-    names: list[str] | None = None, *, smoke: bool = False, out: Path = Path("build"), folder: Path = NOTEBOOKS_DIR
+    names: list[str] | None = None,
+    *,
+    smoke: bool = False,
+    out: Path | None = None,
+    folder: Path = NOTEBOOKS_DIR,
+    simulate: str | None = None,
+    cell_timeout: float | None = None,
 ) -> int:
-    """Run the selected notebooks, print a line each, write the summary; return the exit code."""
+    """Run the selected notebooks, print a line each, write the summary; return the exit code.
+
+    `out` defaults to build/, or build/simulated-<card>/ under `simulate`, so a simulation never
+    overwrites the figures of a real run. `cell_timeout` (seconds per cell) defaults to
+    `CELL_TIMEOUT_S["smoke"]` or `CELL_TIMEOUT_S["full"]`. Returns 0 when every notebook ran
+    clean, 1 when any failed, 130 after an interrupt; the summary is written in every case.
+    """
     paths = select(names, folder)
-    out = Path(out)
-    outcomes = []
-    for i, path in enumerate(paths, 1):
-        print(f"[{i}/{len(paths)}] running {path.stem} ...", flush=True)
-        outcome = execute(path, out, smoke=smoke)
-        outcomes.append(outcome)
-        print(format_line(outcome), flush=True)
-        if outcome.error:
-            print(outcome.error, file=sys.stderr, flush=True)
-    summary = write_summary(outcomes, out, smoke=smoke)
-    failed = sum(o.status != "ok" for o in outcomes)
+    cell_timeout = _check_cell_timeout(
+        CELL_TIMEOUT_S["smoke" if smoke else "full"] if cell_timeout is None else cell_timeout
+    )
+    if simulate:
+        simulate = _check_card(simulate)
+    out = _check_out(Path(out) if out is not None else Path("build") / (f"simulated-{simulate}" if simulate else ""))
+    if simulate:
+        print(f"simulating {simulate} on this CPU: no figure of this run is a GPU measurement", flush=True)
+    outcomes: list[Outcome] = []
+    code = None
+    try:
+        for i, path in enumerate(paths, 1):
+            print(f"[{i}/{len(paths)}] running {path.stem} ...", flush=True)
+            outcome = execute(path, out, smoke=smoke, simulate=simulate, cell_timeout=cell_timeout)
+            outcomes.append(outcome)
+            print(format_line(outcome), flush=True)
+            if outcome.error:
+                print(outcome.error, file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        print("interrupted: the notebooks not reached are listed as not run", file=sys.stderr, flush=True)
+        code = INTERRUPTED
+    finally:  # whatever stopped the loop, the summary says how far it got
+        ran = {o.notebook for o in outcomes}
+        outcomes += [
+            Outcome(p.stem, "not run", 0.0, error=f"{p.name}: not run (interrupted)")
+            for p in paths
+            if p.stem not in ran
+        ]
+        summary = write_summary(outcomes, out, smoke=smoke, simulate=simulate)
+    failed = sum(o.status == "failed" for o in outcomes)
+    not_run = sum(o.status == "not run" for o in outcomes)
     total = sum(o.seconds for o in outcomes)
     print(
-        f"{len(outcomes) - failed} ok, {failed} failed in {total:.1f} s; executed notebooks in "
+        f"{len(outcomes) - failed - not_run} ok, {failed} failed{f', {not_run} not run' if not_run else ''} "
+        f"in {total:.1f} s; executed notebooks in "
         f"{out / 'notebooks'}, figures in {out / 'results'}, summary in {summary}"
     )
-    return 1 if failed else 0
+    return code if code is not None else 1 if failed or not_run else 0
+
+
+def _check_cell_timeout(seconds) -> float:
+    """A per-cell timeout in seconds: finite, positive, at most a week; a UsageError otherwise."""
+    try:
+        value = float(seconds)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not 0 < value <= MAX_CELL_TIMEOUT_S:  # also refuses nan and inf
+        raise UsageError(
+            f"--cell-timeout {seconds!r} is not a number of seconds between 0 and {MAX_CELL_TIMEOUT_S:g}: pass e.g. "
+            f"--cell-timeout {CELL_TIMEOUT_S['smoke']:g} (the --smoke default) or {CELL_TIMEOUT_S['full']:g}"
+        )
+    return value
+
+
+def _check_out(out: Path) -> Path:
+    """`out` as a folder this process can write (created if missing); a UsageError that says what to pass otherwise."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file, not a folder: pass a folder (created if missing), e.g. --out build")
+    probe = out / ".write-test"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise UsageError(
+            f"--out {out} cannot be written ({e.strerror or type(e).__name__}): pass a folder you can write to, "
+            "e.g. --out build"
+        ) from None
+    return out
+
+
+def _check_card(card: str) -> str:
+    """The simulated card's name as the kit spells it; a UsageError listing the cards otherwise."""
+    from helpers.simulate import CARDS
+
+    match = {name.lower(): name for name in CARDS}.get(card.strip().lower())
+    if match is None:
+        raise UsageError(f"--simulate {card!r} is not a card the kit simulates: use one of {', '.join(CARDS)}")
+    return match

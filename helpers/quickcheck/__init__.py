@@ -14,8 +14,11 @@ For instructors (see the README):
 
 Modules: `bank` (the questions, one JSON file per notebook), `answers` (an answer's canonical form),
 `sealing` (hashed answers, sealed explanations; the `seal` command), `judging` (the one rule that
-judges an answer), `checks` (`check`, `ask`), `reading` (answers from a notebook's text, without
-running it), `grading` (the batch, CSV and feedback), `handout` (student versions), `safe_eval`.
+judges an answer), `checks` (`check`, `ask`), `submissions` (a file to its code cells, safely),
+`reading` (answers from a notebook's text, without running it), `safe_eval`, `limits` (the bounds
+on one file's work), `grading` (the batch), `grades` (what it produces), `gradebook` (CSV,
+feedback, report), `escaping` (every string that leaves the grader), `handout` and `blanking`
+(student versions).
 """
 
 from helpers.quickcheck.checks import ask, check

@@ -61,17 +61,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _student(src: Path, out: Path) -> int:
+    from helpers.quickcheck.escaping import shown, shown_path
     from helpers.quickcheck.handout import HandoutError, write_student_versions
 
     try:
         made = write_student_versions(src, out)
     except HandoutError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print("error: " + "\n  ".join(shown(line, 1000) for line in str(e).split("\n")), file=sys.stderr)
         return 2
     for path, notes in made:
-        print(f"wrote {path}" + "".join(f"\n  {n}" for n in notes))
+        print(f"wrote {shown_path(path)}" + "".join(f"\n  {shown(n, 400)}" for n in notes))
     print(
-        f"{len(made)} student version{'s' if len(made) != 1 else ''} in {out}: hand these out "
+        f"{len(made)} student version{'s' if len(made) != 1 else ''} in {shown_path(out)}: hand these out "
         "(outputs stripped, solutions removed, quick checks kept)"
     )
     return 0
@@ -79,6 +80,7 @@ def _student(src: Path, out: Path) -> int:
 
 def _grade(submissions: list[Path], out: Path, notebooks: list[str] | None) -> int:
     from helpers.quickcheck.bank import bank_notebooks
+    from helpers.quickcheck.escaping import shown, shown_path
     from helpers.quickcheck.grading import collect, grade
 
     known = bank_notebooks()
@@ -88,25 +90,33 @@ def _grade(submissions: list[Path], out: Path, notebooks: list[str] | None) -> i
         return 2
     if out.is_dir():
         print(
-            f"error: --out {out} is a folder; give the CSV file to write, e.g. --out {out / 'grades.csv'}",
+            f"error: --out {shown_path(out)} is a folder; give the CSV file to write, "
+            f"e.g. --out {shown_path(out / 'grades.csv')}",
             file=sys.stderr,
         )
         return 2
     missing = [p for p in submissions if not p.exists()]
     if missing:
-        print(f"error: no such file or folder: {missing[0]}", file=sys.stderr)
+        print(f"error: no such file or folder: {shown_path(missing[0])}", file=sys.stderr)
         return 2
     if not collect(submissions)[0]:
-        print(f"error: no .ipynb files in {', '.join(map(str, submissions))}", file=sys.stderr)
+        print(f"error: no .ipynb files in {', '.join(map(shown_path, submissions))}", file=sys.stderr)
         return 2
-    run = grade(submissions, out, notebooks=notebooks)
+    try:
+        run = grade(submissions, out, notebooks=notebooks)
+    except ValueError as e:  # --out on a submission: refused before anything is written
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     n = len(run.submissions)
     print(
         f"graded {n} submission{'s' if n != 1 else ''} in {run.seconds:.1f} s ({len(run.unreadable)} could not be read)"
     )
     for s in run.unreadable:
-        print(f"  could not read {s.path}: {s.reason}")
-    print(f"gradebook: {run.csv_path}\nfeedback for each student: {run.feedback_dir}/\nreport: {run.report_path}")
+        print(f"  could not read {shown_path(s.path)}: {shown(s.reason, 400)}")
+    print(
+        f"gradebook: {shown_path(run.csv_path)}\nfeedback for each student: {shown_path(run.feedback_dir)}/\n"
+        f"report: {shown_path(run.report_path)}"
+    )
     return 0
 
 

@@ -5,7 +5,8 @@ and by `sealing` (`python -m helpers.quickcheck seal`), so that an answer is has
 the very form it is compared in when judged: choice letters sorted ("bd"), a fixed number scaled
 to its decimals and rounded ("160"), a per-student number to six significant digits, a property
 answer as sorted JSON. A value that is not an answer of the kind raises ValueError saying how to
-write one.
+write one, showing the value cut short (`escaping.shown_value`): a megabyte string or a
+400-digit number is named, not echoed.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import re
 from typing import Any
 
 from helpers.quickcheck.bank import Question
+from helpers.quickcheck.escaping import shown_value
+from helpers.quickcheck.limits import MAX_TEXT_CHARS
 
 __all__ = ["answer_format", "normalize"]
 
@@ -47,6 +50,8 @@ def answer_format(q: Question) -> str:
 
 def _letters(q: Question, answer: Any) -> frozenset:
     options = ", ".join(q.choices)
+    if isinstance(answer, (str, list, tuple, set, frozenset)) and len(answer) > MAX_TEXT_CHARS:
+        raise ValueError(f"{q.variable} is {shown_value(answer)}, far too long; write {answer_format(q)}")
     if isinstance(answer, str):
         text = answer.strip().lower()
         by_text = [k for k, v in q.choices.items() if v.strip().lower() == text]
@@ -59,14 +64,15 @@ def _letters(q: Question, answer: Any) -> frozenset:
         if not all(a in q.choices for a in letters):
             letters = None
     else:
-        raise ValueError(f"{q.variable} is {type(answer).__name__} {answer!r}; write {answer_format(q)}")
+        raise ValueError(f"{q.variable} is {type(answer).__name__} {shown_value(answer)}; write {answer_format(q)}")
     if not letters:
         raise ValueError(
-            f"{q.variable} = {answer!r} is not made of the choices' letters ({options}); write {answer_format(q)}"
+            f"{q.variable} = {shown_value(answer)} is not made of the choices' letters ({options}); "
+            f"write {answer_format(q)}"
         )
     if not q.multiple and len(set(letters)) != 1:
         raise ValueError(
-            f"{q.variable} = {answer!r} picks {len(set(letters))} letters; this question has "
+            f"{q.variable} = {shown_value(answer)} picks {len(set(letters))} letters; this question has "
             f"one right choice: write {answer_format(q)}"
         )
     return frozenset(letters)
@@ -76,25 +82,40 @@ def _number(q: Question, answer: Any) -> float:
     value = answer
     if isinstance(answer, str):
         try:
-            value = float(answer.strip().replace("_", ""))
+            value = float(answer.strip().replace("_", "")) if len(answer) <= MAX_TEXT_CHARS else None
         except ValueError:
-            raise ValueError(f"{q.variable} = {answer!r} is text; write {answer_format(q)}") from None
+            value = None
+        if value is None:
+            raise ValueError(f"{q.variable} = {shown_value(answer)} is text; write {answer_format(q)}")
     elif isinstance(answer, bool) or not hasattr(answer, "__float__") or isinstance(answer, complex):
-        raise ValueError(f"{q.variable} is {type(answer).__name__} {answer!r:.60}; write {answer_format(q)}")
-    value = float(value)  # numpy and torch scalars too
+        raise ValueError(f"{q.variable} is {type(answer).__name__} {shown_value(answer)}; write {answer_format(q)}")
+    value = _float(value)  # numpy and torch scalars too
+    if value is None:
+        raise ValueError(
+            f"{q.variable} is {type(answer).__name__} {shown_value(answer)}, which is not one number; "
+            f"write {answer_format(q)}"
+        )
     if not math.isfinite(value):
         raise ValueError(f"{q.variable} is {value}; write a finite number")
     return value
 
 
+def _float(value: Any) -> float | None:
+    """float(value), or None for what has no single float value (an array, an int past 1e308)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
 def _fields(q: Question, answer: Any) -> tuple[str, dict]:
     if not isinstance(answer, dict):
-        raise ValueError(f"{q.variable} is {type(answer).__name__} {answer!r:.60}; write {answer_format(q)}")
+        raise ValueError(f"{q.variable} is {type(answer).__name__} {shown_value(answer)}; write {answer_format(q)}")
     missing = [k for k in q.fields if k not in answer]
     extra = [k for k in answer if k not in q.fields]
     if missing or extra:
         parts = ([f"needs {', '.join(map(repr, missing))}"] if missing else []) + (
-            [f"has keys this question does not use: {', '.join(map(repr, extra))}"] if extra else []
+            [f"has keys this question does not use: {shown_value(extra)}"] if extra else []
         )
         raise ValueError(f"{q.variable} {' and '.join(parts)}; write {answer_format(q)}")
     values = {}
@@ -102,13 +123,18 @@ def _fields(q: Question, answer: Any) -> tuple[str, dict]:
         v = answer[key]
         if v is Ellipsis:
             raise ValueError(f"{q.variable}[{key!r}] is still ...: replace it with a number")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) and not hasattr(v, "__index__"):
-            raise ValueError(f"{q.variable}[{key!r}] is {type(v).__name__} {v!r:.40}; write a number")
-        if not math.isfinite(float(v)):
-            raise ValueError(f"{q.variable}[{key!r}] is {v!r}; write a finite number")
+        number = (
+            None
+            if isinstance(v, bool) or not isinstance(v, (int, float)) and not hasattr(v, "__index__")
+            else _float(v)
+        )
+        if number is None:
+            raise ValueError(f"{q.variable}[{key!r}] is {type(v).__name__} {shown_value(v, 40)}; write a number")
+        if not math.isfinite(number):
+            raise ValueError(f"{q.variable}[{key!r}] is {shown_value(v, 40)}; write a finite number")
         if kind == "int":
-            if float(v) != int(v):
-                raise ValueError(f"{q.variable}[{key!r}] is {v!r}; write a whole number")
+            if number != int(v):
+                raise ValueError(f"{q.variable}[{key!r}] is {shown_value(v, 40)}; write a whole number")
             v = int(v)
         values[key] = v
     return json.dumps(values, sort_keys=True), values

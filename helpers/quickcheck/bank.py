@@ -21,7 +21,9 @@ hash of the normalized answer) and `explanation_sealed` (the explanation, encryp
 from the right answer, so only a student who found it can read it). Questions with params keep
 the formula or rules: each student's numbers differ, so the method is not an answer to copy.
 This keeps answers out of sight; it is not an exam lock: anything checked offline can be found
-by trying every choice, and the receipts' attempt counts are how an instructor sees that.
+by trying every choice (about a millisecond for a choice question). The receipts' attempt counts
+do not prove how often a student tried either: they are printed text the student controls (the
+grade report says what they can and cannot show).
 
 To add or change a question, write it with a plain `"answer"` (and plain `"explanation"`), then run
 `python -m helpers.quickcheck seal helpers/quickcheck/bank/NN.json`, which replaces both with the
@@ -163,7 +165,8 @@ def params_for(question: Question, student_id: Any) -> dict:
     sid = normalize_student_id(student_id)
     values = {}
     for name, options in question.params.items():
-        digest = hashlib.sha256(f"{question.id}:{name}:{sid}".encode()).digest()
+        # surrogatepass: an id read from a cell may hold a lone surrogate ("\udce9"); valid text hashes as before
+        digest = hashlib.sha256(f"{question.id}:{name}:{sid}".encode("utf-8", "surrogatepass")).digest()
         values[name] = options[int.from_bytes(digest[:8], "big") % len(options)]
     return values
 

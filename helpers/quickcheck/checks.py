@@ -8,7 +8,9 @@ A quick-check cell looks like this (the first line marks it for people and for t
 
 `check` prints the question, then at once: "not answered yet", a hint, or the explanation, and a
 receipt line (question, attempt, result) that stays in the notebook file the student hands in.
-It never prints the expected answer, and it never raises for a wrong or malformed answer.
+It never prints the expected answer, and it never raises for an answer, whatever it is (an
+array, a 400-digit int, a megabyte of text): it prints a verdict. Only an unknown question id
+raises, naming the notebook's real ids.
 `ask` shows the same multiple-choice question as clickable buttons where widgets render (Colab,
 Jupyter); it is for practice, and says so: the grade comes from the cell's `answer_...` line.
 """
@@ -22,6 +24,7 @@ from typing import Any
 
 from helpers._util import ipython_shell
 from helpers.quickcheck import reading
+from helpers.quickcheck.answers import answer_format
 from helpers.quickcheck.bank import Question, format_text, get_question, normalize_student_id, params_for
 from helpers.quickcheck.judging import CORRECT, INVALID, NEEDS_ID, UNANSWERED, Verdict, format_receipt, judge
 
@@ -43,14 +46,30 @@ def check(question_id: str, answer: Any, student_id: Any = None) -> None:
         >>> check("q04_2", None)  # doctest: +ELLIPSIS
         Quick check q04_2 ...
     """
-    q = get_question(question_id)
+    q = get_question(question_id)  # a wrong id is the notebook's mistake: it raises, naming the real ids
+    try:
+        lines = _check_lines(q, answer, student_id)
+    except Exception as e:  # whatever the answer is, the student gets a verdict, never a traceback
+        lines = [
+            _describe_question(q),
+            "",
+            f"? Can't check this answer: {q.variable} could not be read ({type(e).__name__}); "
+            f"write {answer_format(q)}.",
+        ]
+    print("\n".join(lines))
+
+
+def _check_lines(q: Question, answer: Any, student_id: Any) -> list[str]:
     verdict = judge(q, answer, student_id)
     attempt = _record_attempt(verdict, student_id)
     lines = [_describe_question(q, student_id), "", _feedback_line(verdict)]
     if verdict.counts_as_attempt:
         lines.append(format_receipt(verdict, attempt))
-    lines += [f"Note: {w}" for w in _grader_view_warnings(q, answer, verdict, student_id)]
-    print("\n".join(lines))
+    try:
+        lines += [f"Note: {w}" for w in _grader_view_warnings(q, answer, verdict, student_id)]
+    except Exception as e:  # the notes are advice: failing to give them must not hide the verdict
+        lines.append(f"Note: could not compare with what the grader will read ({type(e).__name__}).")
+    return lines
 
 
 def ask(question_id: str, *, student_id: Any = None, widget: bool | None = None) -> None:
@@ -119,6 +138,8 @@ def _grader_view_warnings(q: Question, answer: Any, verdict: Verdict, student_id
     if history is None or verdict.status == UNANSWERED:
         return []
     found = reading.scan([reading.Cell(i, text) for i, text in enumerate(history, 1)])
+    if not found.complete:  # the history is past the reader's limits: no warning rather than a wrong one
+        return []
     warnings = []
     seen = reading.find_answer(found, q.id)
     if seen.value is reading.MISSING:

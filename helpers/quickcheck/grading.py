@@ -1,143 +1,76 @@
 """Grade a batch of submitted notebooks: `python -m helpers.quickcheck grade SUBMISSION... --out grades.csv`.
 
-No student code runs: each notebook's answers are read from the text of its cells (`reading`)
-and judged by the same rule `check()` uses (`judging`). Every file gets a row, whatever state it
-is in; one bad file never stops the batch. Next to the CSV it writes:
+No student code runs: each notebook's answers are read from the text of its cells (`submissions`,
+`reading`) and judged by the same rule `check()` uses (`judging`). Every file gets a row, whatever
+it holds; one bad file never stops the batch. Next to the CSV, `gradebook` writes:
 
     grades.csv            one row per submission: file, student_id, status, points per question,
                           total, max_points, attempts per question, notes
     grades_feedback/      one text file per submission, for the student: result, hint or
                           explanation per question (never the right answer to a missed question)
     grades_report.md      for the instructor: files that could not be read and why, damaged files,
-                          missing or shared student ids, and how the class did on each question
+                          missing or shared student ids, how the class did on each question, and
+                          what an attempt count can and cannot prove
 
+Each file is read, graded and let go before the next (nothing it held outlives its row), within
+the bounds of `limits`: at most 25 MB read, 200 K characters of code parsed, about a second.
 Which questions: those of the notebooks a submission's cells mention (q04_* -> notebook 04), or
 `notebooks=["04"]` to fix them. A submission whose quick-check cells were all deleted is graded
 on the batch's notebooks and gets zeros with a note.
 
-Longer than 400 lines because one pass over the submissions writes the rows, the feedback files
-and the report together: a file that is read once can't disagree with itself across outputs.
+In folders, every *.ipynb entry gets a row; a symbolic link or a FIFO gets an "unreadable" row
+saying so, and is never followed or opened for reading, so no link can take over another
+student's row. A file named on the command line is followed to what it links to.
 """
 
 from __future__ import annotations
 
-import csv
+import os
 import time
-from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from helpers.quickcheck import reading
+from helpers.quickcheck import gradebook, reading
 from helpers.quickcheck.bank import Question, bank_notebooks, load_bank
-from helpers.quickcheck.judging import CORRECT, INVALID, NEEDS_ID, UNANSWERED, WRONG, judge
+from helpers.quickcheck.escaping import feedback_names, shown, shown_path
+from helpers.quickcheck.grades import LABELS, MISSING, UNREADABLE, GradeRun, QuestionGrade, SubmissionGrade
+from helpers.quickcheck.judging import CORRECT, NEEDS_ID, WRONG, judge
+from helpers.quickcheck.submissions import NotANotebook, load_cells
 
-__all__ = [
-    "LABELS",
-    "MISSING",
-    "UNREADABLE",
-    "GradeRun",
-    "QuestionGrade",
-    "SubmissionGrade",
-    "collect",
-    "feedback_text",
-    "grade",
-    "grade_submission",
-    "report_text",
-]
+__all__ = ["collect", "grade", "grade_submission"]
 
-UNREADABLE, MISSING = "unreadable", "missing"
-LABELS = {
-    CORRECT: "correct",
-    WRONG: "not yet right",
-    UNANSWERED: "not answered",
-    INVALID: "not a valid answer",
-    NEEDS_ID: "needs your student id",
-    UNREADABLE: "could not be read",
-    MISSING: "not found",
-}
 _SKIP_DIRS = {"__MACOSX", ".ipynb_checkpoints"}
 
 
 @dataclass
-class QuestionGrade:
-    question_id: str
-    status: str  # one of LABELS
-    points: float
-    max_points: float
-    attempts: int | None  # from the receipts in the outputs; None when there are none
-    message: str  # hint, explanation, or what went wrong
-    notes: list[str] = field(default_factory=list)
+class _Waiting:
+    """A file that mentions no quick check, graded on the batch's questions once they are known."""
 
-
-@dataclass
-class SubmissionGrade:
-    path: Path
-    status: str  # "graded", "damaged" (read what survived) or "unreadable"
-    reason: str = ""  # why unreadable
-    student_id: str = ""
-    questions: dict[str, QuestionGrade] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    feedback_name: str = ""
-
-    @property
-    def total(self) -> float:
-        return sum(g.points for g in self.questions.values())
-
-    @property
-    def max_points(self) -> float:
-        return sum(g.max_points for g in self.questions.values())
-
-
-@dataclass
-class GradeRun:
-    """What `grade` did, for the command line and the tests."""
-
-    submissions: list[SubmissionGrade]
-    skipped: list[tuple[Path, str]]
-    csv_path: Path
-    feedback_dir: Path
-    report_path: Path
-    seconds: float
-
-    @property
-    def unreadable(self) -> list[SubmissionGrade]:
-        return [s for s in self.submissions if s.status == "unreadable"]
-
-
-@dataclass
-class _Read:
-    path: Path
-    scan: reading.Scan | None = None
-    error: str = ""
-    notes: list[str] = field(default_factory=list)
+    grade: SubmissionGrade
+    id_problem: str
+    receipts: dict
 
 
 def collect(paths: list[str | Path]) -> tuple[list[Path], list[tuple[Path, str]]]:
     """The submissions to grade, and files skipped inside folders (with why).
 
     A file named on the command line is always graded (it gets a row even when it is not a
-    notebook); inside a folder, only *.ipynb files are, and hidden files, `__MACOSX` and
-    `.ipynb_checkpoints` are passed over.
+    notebook), followed to its target when it is a link; inside a folder, every *.ipynb entry is
+    graded (links, FIFOs and devices get a row saying what they are, and are never read), and
+    hidden files, `__MACOSX` and `.ipynb_checkpoints` are passed over.
     """
     files, skipped, seen = [], [], set()
     for p in map(Path, paths):
         if p.is_dir():
-            for f in sorted(p.rglob("*")):
-                parts = f.relative_to(p).parts
-                if any(part.startswith(".") or part in _SKIP_DIRS for part in parts) or not f.is_file():
-                    continue
-                if f.suffix.lower() == ".ipynb":
-                    candidates = [f]
-                else:
-                    skipped.append((f, "not a .ipynb file"))
-                    candidates = []
-                for c in candidates:
-                    if c.resolve() not in seen:
-                        seen.add(c.resolve())
-                        files.append(c)
-        elif p.resolve() not in seen:
-            seen.add(p.resolve())
-            files.append(p)
+            found, passed = _walk_folder(p)
+            skipped += passed
+        else:
+            found = [Path(os.path.realpath(p))] if p.is_symlink() else [p]
+        for f in found:
+            key = os.path.abspath(f) if f.is_symlink() else os.path.realpath(f)
+            if key not in seen:
+                seen.add(key)
+                files.append(f)
     return files, skipped
 
 
@@ -148,7 +81,8 @@ def grade(
 
     Args:
         paths: notebook files and folders of them.
-        out_csv: the gradebook to write; the feedback folder and report go next to it.
+        out_csv: the gradebook to write; the feedback folder and report go next to it. It must
+            not be (or put the report or a feedback file on) a submission: ValueError.
         notebooks: grade these notebooks' questions ("00" ... "08"); default: the ones the
             submissions mention.
 
@@ -161,181 +95,136 @@ def grade(
         raise ValueError(f"notebook {unknown[0]!r} has no quick checks; the bank has {', '.join(bank_notebooks())}")
     start = time.perf_counter()
     files, skipped = collect(paths)
-    reads = [_read(f) for f in files]
-    batch = notebooks or sorted(
-        {qid[1:3] for r in reads if r.scan for qid in r.scan.question_ids()} & set(bank_notebooks())
-    )
-    results = [_grade(r, batch, fixed=bool(notebooks)) for r in reads]
-    _name_feedback_files(results)
     out_csv = Path(out_csv)
-    out_csv.parent.mkdir(parents=True, exist_ok=True)
     feedback_dir = out_csv.with_name(f"{out_csv.stem}_feedback")
     report_path = out_csv.with_name(f"{out_csv.stem}_report.md")
-    questions = [
-        q for nb in sorted({nb for s in results for nb in _notebooks_of(s)} | set(batch)) for q in load_bank(nb)
-    ]
-    _write_csv(results, questions, out_csv)
-    feedback_dir.mkdir(exist_ok=True)
-    for s in results:
-        (feedback_dir / f"{s.feedback_name}.txt").write_text(feedback_text(s), encoding="utf-8")
-    seconds = time.perf_counter() - start
-    run = GradeRun(results, skipped, out_csv, feedback_dir, report_path, seconds)
-    report_path.write_text(report_text(run, questions), encoding="utf-8")
+    names = feedback_names(files)
+    _refuse_overwriting(files, out_csv, [report_path, *(feedback_dir / f"{n}.txt" for n in names)])
+    results, waiting = [], []
+    for path, name in zip(files, names):  # one file at a time: what it held is let go before the next
+        result, wait = _grade_file(path, notebooks)
+        result.feedback_name = name
+        results.append(result)
+        waiting += [wait] if wait else []
+    mentioned = sorted({nb for s in results for nb in _notebooks_of(s)})
+    batch = notebooks or mentioned
+    for wait in waiting:
+        _add_questions(wait.grade, _questions(batch), reading.Scan(receipts=wait.receipts), wait.id_problem)
+    questions = _questions(sorted(set(mentioned) | set(batch)))
+    out_csv.parent.mkdir(parents=True, exist_ok=True)
+    gradebook.write_csv(results, questions, out_csv)
+    unwritten = gradebook.write_feedback(results, feedback_dir)
+    run = GradeRun(results, skipped, out_csv, feedback_dir, report_path, time.perf_counter() - start, unwritten)
+    report_path.write_text(gradebook.report_text(run, questions), encoding="utf-8")
     return run
 
 
 def grade_submission(path: str | Path, notebooks: list[str] | None = None) -> SubmissionGrade:
     """Grade one file on its own (no CSV); never raises for a bad file."""
-    return _grade(_read(Path(path)), notebooks or [], fixed=bool(notebooks))
-
-
-def feedback_text(s: SubmissionGrade) -> str:
-    """The feedback file for one submission, written for the student."""
-    lines = [f"Quick checks: {s.path.name}"]
-    if s.status == "unreadable":
-        return "\n".join(lines + ["", f"This file could not be graded: {s.reason}.", ""])
-    lines += [
-        f"Student id: {s.student_id or '(none: set student_id in the notebook)'}",
-        f"Score: {s.total:g} / {s.max_points:g}",
-        "",
-    ]
-    for g in s.questions.values():
-        lines.append(f"{g.question_id}: {LABELS[g.status]}, {g.points:g}/{g.max_points:g}")
-        if g.message:
-            prefix = "Hint: " if g.status == WRONG else ""
-            lines.append(f"    {prefix}{g.message}")
-    notes = s.notes + [n for g in s.questions.values() for n in g.notes]
-    if notes:
-        lines += ["", "Notes:"] + [f"- {n}" for n in notes]
-    return "\n".join(lines) + "\n"
-
-
-def report_text(run: GradeRun, questions: list[Question]) -> str:
-    """The instructor's report: what could not be read, problems, ids, and results per question."""
-    subs = run.submissions
-    damaged = [s for s in subs if s.status == "damaged"]
-    lines = [
-        "# Quick-check grading report",
-        "",
-        f"{len(subs)} submissions in {run.seconds:.1f} s: {len(subs) - len(run.unreadable) - len(damaged)} read, "
-        f"{len(damaged)} damaged but graded, {len(run.unreadable)} could not be read.",
-        "",
-    ]
-    if run.unreadable:
-        lines += [f"## Could not read ({len(run.unreadable)})", ""]
-        lines += [f"- `{s.path}`: {s.reason}" for s in run.unreadable] + [""]
-    with_notes = [
-        s for s in subs if s.status != "unreadable" and (s.notes or any(g.notes for g in s.questions.values()))
-    ]
-    if with_notes:
-        lines += [f"## Read, with notes ({len(with_notes)})", ""]
-        for s in with_notes:
-            notes = s.notes + [f"{g.question_id}: {n}" for g in s.questions.values() for n in g.notes]
-            lines.append(f"- `{s.path}`: " + "; ".join(notes))
-        lines.append("")
-    if run.skipped:
-        lines += [f"## Skipped in folders ({len(run.skipped)})", ""]
-        lines += [f"- `{p}`: {why}" for p, why in run.skipped] + [""]
-    readable = [s for s in subs if s.status != "unreadable"]
-    no_id = [s for s in readable if not s.student_id]
-    by_id = defaultdict(list)
-    for s in readable:
-        if s.student_id:
-            by_id[s.student_id.casefold()].append(s)
-    shared = {k: v for k, v in by_id.items() if len(v) > 1}
-    if no_id or shared:
-        lines += ["## Student ids", ""]
-        if no_id:
-            lines.append(f"- no student id ({len(no_id)}): " + ", ".join(f"`{s.path.name}`" for s in no_id))
-        for _, group in sorted(shared.items()):
-            lines.append(
-                f"- id `{group[0].student_id}` in {len(group)} submissions: " + ", ".join(f"`{s.path}`" for s in group)
-            )
-        lines.append("")
-    if questions and readable:
-        lines += [
-            "## Questions",
-            "",
-            "| question | points | correct | not yet | not answered | other | mean attempts |",
-            "|---|---:|---:|---:|---:|---:|---:|",
-        ]
-        for q in questions:
-            grades = [s.questions[q.id] for s in readable if q.id in s.questions]
-            count = Counter(g.status for g in grades)
-            attempts = [g.attempts for g in grades if g.attempts]
-            mean = f"{sum(attempts) / len(attempts):.1f}" if attempts else "-"
-            other = len(grades) - count[CORRECT] - count[WRONG] - count[UNANSWERED]
-            lines.append(
-                f"| {q.id} | {q.points:g} | {count[CORRECT]} | {count[WRONG]} | {count[UNANSWERED]} "
-                f"| {other} | {mean} |"
-            )
-        lines.append("")
-    return "\n".join(lines)
-
-
-def _read(path: Path) -> _Read:
-    try:
-        cells, notes = reading.load_cells(path)
-        return _Read(path, reading.scan(cells), notes=notes)
-    except reading.NotANotebook as e:
-        return _Read(path, error=str(e))
-    except Exception as e:  # a file this module did not foresee: report it, keep grading the others
-        return _Read(path, error=f"the grader failed on it ({type(e).__name__}: {e}); please report this file")
-
-
-def _grade(r: _Read, batch: list[str], *, fixed: bool) -> SubmissionGrade:
-    if r.error:
-        return SubmissionGrade(r.path, "unreadable", reason=r.error)
-    try:
-        return _grade_scan(r, batch, fixed=fixed)
-    except Exception as e:  # never let one submission stop the batch
-        return SubmissionGrade(
-            r.path, "unreadable", reason=f"the grader failed on it ({type(e).__name__}: {e}); please report this file"
-        )
-
-
-def _grade_scan(r: _Read, batch: list[str], *, fixed: bool) -> SubmissionGrade:
-    scan = r.scan
-    mentioned = scan.question_ids()
-    banks = set(bank_notebooks())
-    own = sorted({qid[1:3] for qid in mentioned} & banks)
-    graded_nbs = batch if fixed or not own else own
-    notes = list(r.notes) + scan.notes
-    if not mentioned:
-        where = "in the part of the file that could be read" if r.notes else "(deleted?)"
-        notes.append(f"no quick-check cells found {where}; graded as unanswered")
-    questions = [q for nb in graded_nbs for q in load_bank(nb)]
-    known = {q.id for q in questions}
-    stray = sorted(qid for qid in mentioned if qid not in known)
-    if stray:
-        notes.append(
-            f"mentions {', '.join(stray)}, which {'is' if len(stray) == 1 else 'are'} not among the graded "
-            "questions (a typo in the id, or another notebook)"
-        )
-    student_id, id_problem = reading.find_student_id(scan)
-    if id_problem and any(q.personal for q in questions):
-        notes.append(id_problem)
-    result = SubmissionGrade(r.path, "damaged" if r.notes else "graded", student_id=student_id, notes=notes)
-    for q in questions:
-        result.questions[q.id] = _grade_question(q, scan, student_id)
+    result, wait = _grade_file(Path(path), notebooks)
+    if wait:
+        _add_questions(wait.grade, _questions(notebooks or []), reading.Scan(receipts=wait.receipts), wait.id_problem)
     return result
 
 
-def _grade_question(q: Question, scan: reading.Scan, student_id: str) -> QuestionGrade:
-    found = reading.find_answer(scan, q.id)
-    receipts = scan.receipts.get(q.id, [])
-    attempts = max((a for a, _ in receipts), default=None)
-    if found.value is reading.MISSING:
-        status = MISSING if found.cell is None else UNREADABLE
-        return QuestionGrade(q.id, status, 0, q.points, attempts, found.problem, found.notes)
-    verdict = judge(q, found.value, student_id)
-    notes = list(found.notes)
+def _walk_folder(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
+    files, skipped = [], []
+    for root, dirs, names in os.walk(folder):  # never follows a link to a folder
+        root = Path(root)
+        skipped += [(root / d, "a link to a folder: not followed") for d in dirs if (root / d).is_symlink()]
+        dirs[:] = sorted(d for d in dirs if not (d.startswith(".") or d in _SKIP_DIRS or (root / d).is_symlink()))
+        for name in sorted(names):
+            if name.startswith("."):
+                continue
+            if name.lower().endswith(".ipynb"):
+                files.append(root / name)
+            else:
+                skipped.append((root / name, "not a .ipynb file"))
+    return sorted(files), skipped
+
+
+def _refuse_overwriting(files: list[Path], out_csv: Path, outputs: list[Path]) -> None:
+    if out_csv.suffix.lower() == ".ipynb":
+        raise ValueError(
+            f"--out {shown_path(out_csv)} names a notebook: the gradebook is a CSV, and a submission must "
+            "never be overwritten; use e.g. --out grades.csv"
+        )
+    taken = {os.path.realpath(f) for f in files}
+    for out in [out_csv, *outputs]:
+        if os.path.realpath(out) in taken:
+            raise ValueError(
+                f"writing {shown_path(out)} would overwrite the submission of that name: "
+                "put the gradebook in another folder, e.g. --out grades.csv"
+            )
+
+
+def _grade_file(path: Path, notebooks: list[str] | None) -> tuple[SubmissionGrade, _Waiting | None]:
+    """Read and grade one file within the limits; never raises. A file that mentions no question waits."""
+    start = time.perf_counter()
+    try:
+        cells, damage = load_cells(path)
+        found = reading.scan(cells)
+        del cells  # the cells' text is not needed past the scan
+        result, wait = _grade_scan(path, found, damage, notebooks)
+    except NotANotebook as e:
+        result, wait = SubmissionGrade(path, UNREADABLE, reason=str(e)), None
+    except Exception as e:  # a file this module did not foresee: report it, keep grading the others
+        why = f"the grader failed on it ({type(e).__name__}: {shown(e, 200)}); please report this file"
+        result, wait = SubmissionGrade(path, UNREADABLE, reason=why), None
+    result.seconds = time.perf_counter() - start
+    return result, wait
+
+
+def _grade_scan(
+    path: Path, found: reading.Scan, damage: list[str], notebooks: list[str] | None
+) -> tuple[SubmissionGrade, _Waiting | None]:
+    mentioned = found.question_ids()
+    own = sorted({qid[1:3] for qid in mentioned} & set(bank_notebooks()))
+    graded_nbs = notebooks or own
+    notes = list(damage) + found.notes
+    if not mentioned:
+        where = "in the part of the file that could be read" if damage else "(deleted?)"
+        notes.append(f"no quick-check cells found {where}; graded as unanswered")
+    known = {q.id for q in _questions(graded_nbs)}
+    stray = sorted(qid for qid in mentioned if qid not in known)
+    if stray:
+        listing = ", ".join(shown(s, 40) for s in stray[:5]) + (
+            f" and {len(stray) - 5:,} more" if len(stray) > 5 else ""
+        )
+        notes.append(
+            f"mentions {listing}, which {'is' if len(stray) == 1 else 'are'} not among the graded "
+            "questions (a typo in the id, or another notebook)"
+        )
+    student_id, id_problem = reading.find_student_id(found)
+    result = SubmissionGrade(path, "damaged" if damage else "graded", student_id=student_id, notes=notes)
+    if not graded_nbs:
+        return result, _Waiting(result, id_problem, found.receipts)
+    _add_questions(result, _questions(graded_nbs), found, id_problem)
+    return result, None
+
+
+def _add_questions(result: SubmissionGrade, questions: list[Question], found: reading.Scan, id_problem: str) -> None:
+    if id_problem and any(q.personal for q in questions):
+        result.notes.append(id_problem)
+    for q in questions:
+        result.questions[q.id] = _grade_question(q, found, result.student_id)
+
+
+def _grade_question(q: Question, found: reading.Scan, student_id: str) -> QuestionGrade:
+    answer = reading.find_answer(found, q.id)
+    receipts = found.receipts.get(q.id, {})
+    attempts = max(receipts.values(), default=None)
+    if answer.value is reading.MISSING:
+        status = MISSING if answer.cell is None else UNREADABLE
+        return QuestionGrade(q.id, status, 0, q.points, attempts, answer.problem, answer.notes)
+    verdict = judge(q, answer.value, student_id)
+    notes = list(answer.notes)
     if verdict.status == NEEDS_ID:
         message = "student_id is empty, so this question's numbers are unknown: it needs your id to be graded"
     else:
         message = verdict.message
     result = "correct" if verdict.status == CORRECT else "not yet"
-    if verdict.status in (CORRECT, WRONG) and receipts and result not in {r for _, r in receipts}:
+    if verdict.status in (CORRECT, WRONG) and receipts and result not in receipts:
         notes.append(
             f"graded {LABELS[verdict.status]}, but no receipt in the notebook says so: the answer was "
             "edited after its last check, or the notebook was not re-run"
@@ -343,62 +232,9 @@ def _grade_question(q: Question, scan: reading.Scan, student_id: str) -> Questio
     return QuestionGrade(q.id, verdict.status, verdict.points, q.points, attempts, message, notes)
 
 
+def _questions(notebooks: list[str]) -> list[Question]:
+    return [q for nb in notebooks for q in load_bank(nb)]
+
+
 def _notebooks_of(s: SubmissionGrade) -> set[str]:
     return {qid[1:3] for qid in s.questions}
-
-
-def _name_feedback_files(results: list[SubmissionGrade]) -> None:
-    """A unique, readable file name per submission: its stem, prefixed by its folders when stems repeat."""
-    stems = Counter(s.path.stem for s in results)
-    used = set()
-    for s in results:
-        name = s.path.stem
-        if stems[name] > 1:
-            name = "__".join([*s.path.parent.parts[-2:], s.path.stem]).replace("/", "_").lstrip("._") or "submission"
-        base, n = name, 2
-        while name in used:
-            name, n = f"{base}_{n}", n + 1
-        used.add(name)
-        s.feedback_name = name
-
-
-def _write_csv(results: list[SubmissionGrade], questions: list[Question], path: Path) -> None:
-    ids = [q.id for q in questions]
-    header = ["file", "student_id", "status", *ids, "total", "max_points", *(f"attempts_{i}" for i in ids), "notes"]
-    with path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(header)
-        for s in results:
-            if s.status == "unreadable":
-                writer.writerow(
-                    [_cell(str(s.path)), "", "unreadable", *[""] * len(ids), 0, "", *[""] * len(ids), _cell(s.reason)]
-                )
-                continue
-            points = [_num(s.questions[i].points) if i in s.questions else "" for i in ids]
-            attempts = [s.questions[i].attempts if i in s.questions and s.questions[i].attempts else "" for i in ids]
-            problems = [
-                f"{g.question_id} {LABELS[g.status]}"
-                for g in s.questions.values()
-                if g.status in (UNREADABLE, MISSING, INVALID, NEEDS_ID)
-            ]
-            writer.writerow(
-                [
-                    _cell(str(s.path)),
-                    _cell(s.student_id),
-                    s.status,
-                    *points,
-                    _num(s.total),
-                    _num(s.max_points),
-                    *attempts,
-                    _cell("; ".join(s.notes[:2] + problems)),
-                ]
-            )
-
-
-def _cell(text: str) -> str:
-    """Text a spreadsheet shows as text: a student id like =HYPERLINK(...) must not become a formula."""
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
-
-
-def _num(x: float) -> int | float:
-    return int(x) if float(x).is_integer() else round(x, 3)

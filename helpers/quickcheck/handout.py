@@ -6,12 +6,17 @@ students get:
 1. every block between `# BEGIN SOLUTION` and `# END SOLUTION` lines (`<!-- BEGIN SOLUTION -->`
    in markdown) is removed; a variable the block assigned is left as `name = None  # YOUR ANSWER`,
    anything else as `# YOUR CODE HERE`, so Run all still works;
-2. any `answer_q..` or `student_id` line that still holds a value is blanked (None, ""), so an
-   answer written outside the markers never reaches students; each one is listed;
+2. any answer line that still holds a value (`answer_q.. = ...`, `student_id = ...`, or a name
+   passed to `check()`) is blanked (None, ""), so an answer written outside the markers never
+   reaches students; each one is listed (`blanking`);
 3. outputs, execution counts, widget state and cell metadata other than tags are stripped.
 
-The quick-check cells themselves stay. A BEGIN without its END stops that notebook (writing it
-would hand out the rest of the solution) and names the cell and line to fix.
+It refuses what it cannot blank for sure, instead of passing it through: an answer set in an
+if-block, unpacked, passed to `check()` itself, named in a string, on an IPython line, in a cell
+that does not parse... (see `blanking`). The error names the notebook, the cell, the line and the
+form; the result is then read back with the grader's own reader, and any answer it would still
+find is refused too. A BEGIN without its END is refused the same way. Every notebook is checked
+before any is written: on a refusal, nothing is written.
 """
 
 from __future__ import annotations
@@ -22,7 +27,17 @@ import re
 from pathlib import Path
 
 from helpers.quickcheck.bank import QUESTION_ID, get_question
-from helpers.quickcheck.reading import MARKER, STUDENT_ID
+from helpers.quickcheck.blanking import blank_answers, passed_names
+from helpers.quickcheck.reading import (
+    MARKER,
+    MISSING,
+    STUDENT_ID,
+    Cell,
+    find_answer,
+    find_student_id,
+    python_lines,
+    scan,
+)
 
 __all__ = ["BEGIN", "END", "HandoutError", "student_version", "write_student_versions"]
 
@@ -31,37 +46,46 @@ END = re.compile(r"^\s*(#+|<!--)\s*END SOLUTION\b", re.I)
 
 
 class HandoutError(ValueError):
-    """An instructor notebook that cannot be turned into a student version safely."""
+    """An instructor notebook that cannot be turned into a student version safely; says where and why."""
 
 
 def student_version(nb: dict, name: str = "notebook") -> tuple[dict, list[str]]:
     """Return (the student version of a notebook dict, notes on what was removed or blanked).
 
     Raises:
-        HandoutError: unbalanced solution markers; the message names the cell and line.
+        HandoutError: unbalanced solution markers, or answers it cannot blank for sure; the
+            message names the cell, the line and the form, one problem per line.
     """
-    notes = []
-    cells = []
-    for number, cell in enumerate(nb.get("cells", []), 1):
-        cell = dict(cell)
-        source = "".join(cell.get("source", "")) if isinstance(cell.get("source"), list) else cell.get("source", "")
-        kind = cell.get("cell_type")
-        source, removed = _remove_solutions(source, kind, f"{name}, cell {number}")
+    notes, problems, cells = [], [], []
+    raw_cells = [dict(c) for c in nb.get("cells", [])]
+    sources = []
+    for number, cell in enumerate(raw_cells, 1):
+        source, removed = _remove_solutions(_source(cell), cell.get("cell_type"), f"{name}, cell {number}")
         if removed:
             notes.append(f"cell {number}: removed {removed} solution block{'s' if removed > 1 else ''}")
-        if kind == "code":
-            source, blanked = _blank_answers(source)
+        sources.append(source)
+    extra = passed_names([s for c, s in zip(raw_cells, sources) if c.get("cell_type") == "code"])
+    for number, (cell, source) in enumerate(zip(raw_cells, sources), 1):
+        if cell.get("cell_type") == "code":
+            result = blank_answers(source, extra)
+            problems += [f"{name}, cell {number}, {p}" for p in result.problems]
+            source = result.source
             notes += [
-                f"cell {number}: {var} held a value outside the solution markers; set it blank" for var in blanked
+                f"cell {number}: {v} held a value outside the solution markers; set it blank" for v in result.blanked
             ]
-            for qid in MARKER.findall(source):
-                if qid != "student" and not _known(qid):
-                    notes.append(f"cell {number}: `# QUICK CHECK {qid}` names no question in the bank")
+            notes += [f"cell {number}: {c} was computed; check that no cell gives it away" for c in result.computed]
+            notes += _marker_notes(source, number)
             cell["outputs"], cell["execution_count"] = [], None
         tags = cell.get("metadata", {}).get("tags")
         cell["metadata"] = {"tags": tags} if tags else {}
-        cell["source"] = source.splitlines(keepends=True)
+        cell["source"] = python_lines(source)
         cells.append(cell)
+    problems = problems or _still_answered(cells, name)
+    if problems:
+        raise HandoutError(
+            f"{name}: {len(problems)} answer{'s' if len(problems) > 1 else ''} could not be blanked for sure "
+            "(nothing was written):\n" + "\n".join(problems)
+        )
     out = {**nb, "cells": cells, "metadata": {k: v for k, v in nb.get("metadata", {}).items() if k != "widgets"}}
     return out, notes
 
@@ -69,8 +93,9 @@ def student_version(nb: dict, name: str = "notebook") -> tuple[dict, list[str]]:
 def write_student_versions(src: Path, out: Path) -> list[tuple[Path, list[str]]]:
     """Write the student version of every notebook in `src` (a folder or one .ipynb) to `out`.
 
-    Returns (written path, notes) per notebook. Raises HandoutError before writing anything when
-    `out` would overwrite the sources, and for the first notebook with unbalanced markers.
+    Returns (written path, notes) per notebook. Raises HandoutError, before writing anything,
+    when `out` would overwrite the sources or when any notebook cannot be handed out safely
+    (the message lists every problem of every notebook).
     """
     src, out = Path(src), Path(out)
     paths = sorted(src.glob("*.ipynb")) if src.is_dir() else [src]
@@ -81,22 +106,55 @@ def write_student_versions(src: Path, out: Path) -> list[tuple[Path, list[str]]]
             f"OUT_DIR {out} is where the notebooks are: the student versions would overwrite "
             "your originals; pass another folder, e.g. handout/"
         )
-    made = []
+    versions, errors = [], []
     for path in paths:
         try:
             nb = json.loads(path.read_text(encoding="utf-8"))
+            versions.append((path, *student_version(nb, path.name)))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise HandoutError(f"{path} is not a readable notebook ({e})") from None
-        version, notes = student_version(nb, path.name)
-        out.mkdir(parents=True, exist_ok=True)
+            errors.append(f"{path} is not a readable notebook ({e})")
+        except HandoutError as e:
+            errors.append(str(e))
+    if errors:
+        raise HandoutError("\n".join(errors))
+    out.mkdir(parents=True, exist_ok=True)
+    made = []
+    for path, version, notes in versions:
         target = out / path.name
         target.write_text(json.dumps(version, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         made.append((target, notes))
     return made
 
 
+def _source(cell: dict) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else source if isinstance(source, str) else ""
+
+
+def _marker_notes(source: str, number: int) -> list[str]:
+    return [
+        f"cell {number}: `# QUICK CHECK {qid}` names no question in the bank"
+        for qid in MARKER.findall(source)
+        if qid != "student" and not _known(qid)
+    ]
+
+
+def _still_answered(cells: list[dict], name: str) -> list[str]:
+    """What the grader's own reader would still find as an answer in the student version (nothing, normally)."""
+    code = [Cell(i, "".join(c["source"])) for i, c in enumerate(cells, 1) if c.get("cell_type") == "code"]
+    found = scan(code)
+    problems = []
+    for qid in sorted(found.question_ids()):
+        answer = find_answer(found, qid)
+        if answer.value is not None and answer.value is not MISSING:
+            problems.append(f"{name}, cell {answer.cell}: the grader would still read an answer to {qid} there")
+    if find_student_id(found)[0]:
+        problems.append(f"{name}: the grader would still read a student id in it")
+    return problems
+
+
 def _remove_solutions(source: str, kind: str | None, where: str) -> tuple[str, int]:
-    lines = source.splitlines(keepends=True)
+    lines = python_lines(source)
     kept, block, start, removed = [], None, 0, 0
     for i, line in enumerate(lines, 1):
         if BEGIN.match(line):
@@ -141,46 +199,11 @@ def _placeholder(block: str, kind: str | None, indent: str) -> list[str]:
 
 
 def _dedent(block: str, indent: str) -> str:
-    return "".join(line[len(indent) :] if line.startswith(indent) else line for line in block.splitlines(True))
-
-
-def _blank_answers(source: str) -> tuple[str, list[str]]:
-    """Set `answer_q.. = <value>` and `student_id = <value>` top-level lines to None / ""."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return source, []
-    lines = source.splitlines(keepends=True)
-    blanked = []
-    for stmt in reversed(tree.body):  # bottom-up, so earlier positions stay valid
-        if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or stmt.value is None:
-            continue
-        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-        names = [t.id for t in targets if isinstance(t, ast.Name)]
-        if not any(n.startswith("answer_") or n == STUDENT_ID for n in names):
-            continue
-        blank = _blank_for(names[0])
-        value = stmt.value
-        if isinstance(value, ast.Constant) and value.value in (None, "") and not isinstance(value.value, bool):
-            continue
-        first, last = value.lineno - 1, value.end_lineno - 1
-        head = _byte_prefix(lines[first], value.col_offset)
-        tail = _byte_suffix(lines[last], value.end_col_offset)
-        lines[first : last + 1] = [head + blank + tail]
-        blanked.append(names[0])
-    return "".join(lines), sorted(blanked)
+    return "".join(line[len(indent) :] if line.startswith(indent) else line for line in python_lines(block))
 
 
 def _blank_for(name: str) -> str:
     return '""' if name == STUDENT_ID else "None"
-
-
-def _byte_prefix(line: str, offset: int) -> str:  # ast offsets count UTF-8 bytes
-    return line.encode()[:offset].decode()
-
-
-def _byte_suffix(line: str, offset: int) -> str:
-    return line.encode()[offset:].decode()
 
 
 def _known(qid: str) -> bool:

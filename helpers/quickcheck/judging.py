@@ -51,14 +51,25 @@ class Verdict:
 
 
 def judge(question: Question, answer: Any, student_id: Any = None) -> Verdict:
-    """Judge `answer` to `question` for this student; never raises for a bad answer.
+    """Judge `answer` to `question` for this student; never raises, whatever the answer is.
 
     Example:
         >>> from helpers.quickcheck.bank import get_question
         >>> judge(get_question("q04_1"), None).status
         'unanswered'
     """
-    q = question
+    try:
+        return _judge(question, answer, student_id)
+    except Exception as e:  # an answer no rule foresaw (a raising __eq__, a hostile id) is invalid, not a crash
+        return Verdict(
+            question.id,
+            INVALID,
+            0,
+            f"{question.variable} could not be checked ({type(e).__name__}); write {answer_format(question)}",
+        )
+
+
+def _judge(q: Question, answer: Any, student_id: Any) -> Verdict:
     needs_id = q.personal and not normalize_student_id(student_id)
     set_id = (
         "This question gives each student their own numbers: set student_id in the cell at the start "

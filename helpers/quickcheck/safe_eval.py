@@ -11,6 +11,10 @@ Two readers share one walker:
   and `grade`): `memory_gb / 0.52`, `per_device_batch * grad_accum_steps * num_devices == target`
   over the names it is given, with comparisons, `and` / `or` / `not` and abs, min, max, round.
 
+Sizes are checked on the syntax tree before anything is computed (`limits`): an answer of more
+than 1 000 parts, a string of more than 1 000 characters or an integer literal of more than 128
+bits (a megabyte of hex digits) is refused without doing its arithmetic.
+
 Whatever is refused raises `Unreadable`, whose message completes "the answer ..." with what was
 found ("calls float(), which only runs in the notebook: write the value itself"); the grader
 prints it in the student's feedback.
@@ -23,6 +27,8 @@ import operator
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
+
+from helpers.quickcheck.limits import MAX_INT_BITS, MAX_TEXT_CHARS, MAX_VALUE_NODES
 
 __all__ = ["Unreadable", "evaluate", "read_value"]
 
@@ -70,6 +76,9 @@ def read_value(expression: str | ast.expr) -> Any:
         16
     """
     node = _parse(expression) if isinstance(expression, str) else expression
+    for count, _ in enumerate(ast.walk(node)):  # stops at the limit: a huge list costs no more than a small one
+        if count >= MAX_VALUE_NODES:
+            raise Unreadable(f"is an expression of more than {MAX_VALUE_NODES:,} parts, too large to be an answer")
     return _walk(node, None)
 
 
@@ -115,7 +124,7 @@ def _walk(node: ast.expr, names: Mapping[str, Any] | None) -> Any:
         if with_names and node.id in names:
             return names[node.id]
         raise Unreadable(
-            f"uses the name {node.id}, whose value only exists while the notebook runs: write the value itself"
+            f"uses the name {node.id[:40]}, whose value only exists while the notebook runs: write the value itself"
         )
     if isinstance(node, ast.Compare) and with_names:
         return _compare(node, names)
@@ -127,8 +136,14 @@ def _walk(node: ast.expr, names: Mapping[str, Any] | None) -> Any:
 
 
 def _constant(node: ast.Constant) -> Any:
-    if node.value is None or isinstance(node.value, (bool, int, float, str)):
-        return node.value
+    value = node.value
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > MAX_INT_BITS:
+        digits = int(value.bit_length() * 0.30103) + 1
+        raise Unreadable(f"has a number of about {digits:,} digits, out of range for an answer")
+    if isinstance(value, str) and len(value) > MAX_TEXT_CHARS:
+        raise Unreadable(f"is a text of {len(value):,} characters; an answer is at most {MAX_TEXT_CHARS:,}")
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
     if node.value is Ellipsis:
         raise Unreadable("still has ... where a value goes")
     raise Unreadable(f"is a {type(node.value).__name__} literal")
@@ -157,7 +172,7 @@ def _arithmetic(op: ast.operator, left: Any, right: Any) -> Any:
 
 
 def _call(node: ast.Call, names: Mapping[str, Any] | None) -> Any:
-    func = ast.unparse(node.func)
+    func = ast.unparse(node.func)[:40]
     if func == "dict" and not node.args and all(k.arg for k in node.keywords):
         return {k.arg: _walk(k.value, names) for k in node.keywords}
     if names is not None and func in _FUNCTIONS and not node.keywords:

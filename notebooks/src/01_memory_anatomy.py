@@ -23,7 +23,7 @@ import sys
 import tempfile
 
 if not any(metadata.distributions(name="compute-realities-kit")):
-    repo, branch = "compute-realities/finetune-kit", "main"
+    repo, ref = "compute-realities/finetune-kit", "main"
     if "KAGGLE_KERNEL_RUN_TYPE" in os.environ:  # Kaggle's internet may be off: say so now, not after pip's retries
         try:
             socket.create_connection(("github.com", 443), timeout=5).close()
@@ -35,14 +35,29 @@ if not any(metadata.distributions(name="compute-realities-kit")):
     runtime_pins = os.path.join(tempfile.mkdtemp(), "runtime-pins.txt")  # pip may not replace the runtime's torch
     with open(runtime_pins, "w") as f:
         f.writelines(f"torch=={d.version}\n" for d in metadata.distributions(name="torch"))
-    pins = f"https://raw.githubusercontent.com/{repo}/{branch}/requirements.txt"
+    pins = f"https://raw.githubusercontent.com/{repo}/{ref}/requirements.txt"
     pip = [sys.executable, "-m", "pip", "install", "--retries", "1", "-c", pins, "-c", runtime_pins]
-    pip.append(f"git+https://github.com/{repo}.git@{branch}")
-    print(f"Installing the kit from github.com/{repo} ...")
+    pip.append(f"git+https://github.com/{repo}.git@{ref}")
+
+    def imported():  # name -> version of each library this session has imported (a fresh Colab has psutil)
+        found = metadata.packages_distributions().items()
+        names = {d for module, ds in found if module in sys.modules for d in ds if d}
+        return {name: metadata.version(name) for name in sorted(names)}
+
+    before = imported()
+    print(f"Installing the kit from github.com/{repo} at {ref} ...")
     done = subprocess.run(pip, capture_output=True, text=True)  # pip's output only if it fails
     if done.returncode != 0:
         print(done.stdout[-3000:], done.stderr[-3000:], sep="\n")
         raise RuntimeError("Installing the kit failed: pip says why just above. Fix that, then run this cell again.")
+    after = imported()
+    replaced = [f"{name} {old} -> {after.get(name, 'gone')}" for name, old in before.items() if after.get(name) != old]
+    if replaced:  # the session holds their old code: only a restart loads the new versions
+        print("Installed, but pip replaced libraries this session had already imported:", *replaced, sep="\n  ")
+        raise RuntimeError(
+            "Restart the session, then run the notebook from the top (this cell will skip the install). "
+            "Colab: Runtime > Restart session. Kaggle: Run > Restart & clear cell outputs."
+        )
     print("Installed.")
 
 # %% tags=["parameters"]
@@ -50,6 +65,13 @@ smoke = False  # True: use the embedded tiny model whatever the machine (the run
 model_id = "HuggingFaceTB/SmolLM2-135M"  # a real small model; needs a GPU and the Hub
 batch_size = 4  # sequences per step
 seq_len = 256  # tokens per sequence: 4 x 256 = 1,024 tokens per step
+
+# %%
+# Kaggle's "GPU T4 x2" shows two cards to every notebook: this one trains on one (notebook 07 uses both).
+# The pin only works before anything starts CUDA, so it comes first.
+from helpers.env import use_one_gpu
+
+gpus_in_use = use_one_gpu()  # 1 on a GPU machine (one of Kaggle's two T4s), 0 without a GPU
 
 # %% [markdown]
 # ## The model and one batch
@@ -233,7 +255,7 @@ helpers.record("plan_7b_t4_last_step", steps[-1].technique)
 helpers.record("plan_7b_t4_total_gib", round(steps[-1].estimate.total / GIB, 2))
 
 # %% [markdown]
-# Every technique short of QLoRA leaves a 7B model above a T4's 15 GiB: its weights alone are
+# Every technique short of QLoRA leaves a 7B model above a T4's 14.75 GiB: its weights alone are
 # 27 GiB in fp32 and 13.5 GiB in 16 bits, before a single activation. In 4 bits they take under
 # 5 GiB, with room left to train. Notebooks 02 to 05 take
 # each step of this plan apart, and notebook 08 runs it.

@@ -27,7 +27,7 @@ import sys
 import tempfile
 
 if not any(metadata.distributions(name="compute-realities-kit")):
-    repo, branch = "compute-realities/finetune-kit", "main"
+    repo, ref = "compute-realities/finetune-kit", "main"
     if "KAGGLE_KERNEL_RUN_TYPE" in os.environ:  # Kaggle's internet may be off: say so now, not after pip's retries
         try:
             socket.create_connection(("github.com", 443), timeout=5).close()
@@ -39,14 +39,29 @@ if not any(metadata.distributions(name="compute-realities-kit")):
     runtime_pins = os.path.join(tempfile.mkdtemp(), "runtime-pins.txt")  # pip may not replace the runtime's torch
     with open(runtime_pins, "w") as f:
         f.writelines(f"torch=={d.version}\n" for d in metadata.distributions(name="torch"))
-    pins = f"https://raw.githubusercontent.com/{repo}/{branch}/requirements.txt"
+    pins = f"https://raw.githubusercontent.com/{repo}/{ref}/requirements.txt"
     pip = [sys.executable, "-m", "pip", "install", "--retries", "1", "-c", pins, "-c", runtime_pins]
-    pip.append(f"git+https://github.com/{repo}.git@{branch}")
-    print(f"Installing the kit from github.com/{repo} ...")
+    pip.append(f"git+https://github.com/{repo}.git@{ref}")
+
+    def imported():  # name -> version of each library this session has imported (a fresh Colab has psutil)
+        found = metadata.packages_distributions().items()
+        names = {d for module, ds in found if module in sys.modules for d in ds if d}
+        return {name: metadata.version(name) for name in sorted(names)}
+
+    before = imported()
+    print(f"Installing the kit from github.com/{repo} at {ref} ...")
     done = subprocess.run(pip, capture_output=True, text=True)  # pip's output only if it fails
     if done.returncode != 0:
         print(done.stdout[-3000:], done.stderr[-3000:], sep="\n")
         raise RuntimeError("Installing the kit failed: pip says why just above. Fix that, then run this cell again.")
+    after = imported()
+    replaced = [f"{name} {old} -> {after.get(name, 'gone')}" for name, old in before.items() if after.get(name) != old]
+    if replaced:  # the session holds their old code: only a restart loads the new versions
+        print("Installed, but pip replaced libraries this session had already imported:", *replaced, sep="\n  ")
+        raise RuntimeError(
+            "Restart the session, then run the notebook from the top (this cell will skip the install). "
+            "Colab: Runtime > Restart session. Kaggle: Run > Restart & clear cell outputs."
+        )
     print("Installed.")
 
 # %% tags=["parameters"]
@@ -57,6 +72,13 @@ grad_accum_steps = 8  # effective batch = 2 x 8 x 1 = 16
 num_devices = 1  # GPUs in data parallel (Kaggle's T4 x2: 2, notebook 07)
 seq_len = 64  # tokens per sequence
 max_steps = 10  # optimizer steps of the training run at the end
+
+# %%
+# Kaggle's "GPU T4 x2" shows two cards to every notebook: this one trains on one (notebook 07 uses both).
+# The pin only works before anything starts CUDA, so it comes first.
+from helpers.env import use_one_gpu
+
+gpus_in_use = use_one_gpu()  # 1 on a GPU machine (one of Kaggle's two T4s), 0 without a GPU
 
 # %% [markdown]
 # ## The effective batch

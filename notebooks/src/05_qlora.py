@@ -5,7 +5,7 @@
 # uses the embedded tiny model (bitsandbytes quantizes on a CPU too).
 # **Time:** about 3 minutes on a T4 including the install; under 30 seconds headless on a CPU.
 #
-# A 7B model's weights take 13.5 GiB in 16 bits, which leaves a free T4 (15 GiB) almost nothing to
+# A 7B model's weights take 13.5 GiB in 16 bits, which leaves a free T4 (14.75 GiB to PyTorch) almost nothing to
 # train with. QLoRA makes it fit with three ideas; this notebook measures each one on the model at
 # hand, then plans the 7B:
 #
@@ -26,7 +26,7 @@ import sys
 import tempfile
 
 if not any(metadata.distributions(name="compute-realities-kit")):
-    repo, branch = "compute-realities/finetune-kit", "main"
+    repo, ref = "compute-realities/finetune-kit", "main"
     if "KAGGLE_KERNEL_RUN_TYPE" in os.environ:  # Kaggle's internet may be off: say so now, not after pip's retries
         try:
             socket.create_connection(("github.com", 443), timeout=5).close()
@@ -38,14 +38,29 @@ if not any(metadata.distributions(name="compute-realities-kit")):
     runtime_pins = os.path.join(tempfile.mkdtemp(), "runtime-pins.txt")  # pip may not replace the runtime's torch
     with open(runtime_pins, "w") as f:
         f.writelines(f"torch=={d.version}\n" for d in metadata.distributions(name="torch"))
-    pins = f"https://raw.githubusercontent.com/{repo}/{branch}/requirements.txt"
+    pins = f"https://raw.githubusercontent.com/{repo}/{ref}/requirements.txt"
     pip = [sys.executable, "-m", "pip", "install", "--retries", "1", "-c", pins, "-c", runtime_pins]
-    pip.append(f"git+https://github.com/{repo}.git@{branch}")
-    print(f"Installing the kit from github.com/{repo} ...")
+    pip.append(f"git+https://github.com/{repo}.git@{ref}")
+
+    def imported():  # name -> version of each library this session has imported (a fresh Colab has psutil)
+        found = metadata.packages_distributions().items()
+        names = {d for module, ds in found if module in sys.modules for d in ds if d}
+        return {name: metadata.version(name) for name in sorted(names)}
+
+    before = imported()
+    print(f"Installing the kit from github.com/{repo} at {ref} ...")
     done = subprocess.run(pip, capture_output=True, text=True)  # pip's output only if it fails
     if done.returncode != 0:
         print(done.stdout[-3000:], done.stderr[-3000:], sep="\n")
         raise RuntimeError("Installing the kit failed: pip says why just above. Fix that, then run this cell again.")
+    after = imported()
+    replaced = [f"{name} {old} -> {after.get(name, 'gone')}" for name, old in before.items() if after.get(name) != old]
+    if replaced:  # the session holds their old code: only a restart loads the new versions
+        print("Installed, but pip replaced libraries this session had already imported:", *replaced, sep="\n  ")
+        raise RuntimeError(
+            "Restart the session, then run the notebook from the top (this cell will skip the install). "
+            "Colab: Runtime > Restart session. Kaggle: Run > Restart & clear cell outputs."
+        )
     print("Installed.")
 
 # %% tags=["parameters"]
@@ -59,9 +74,16 @@ seq_len = 256  # tokens per sequence: 4 x 256 = 1,024 tokens per micro-batch
 learning_rate = 2e-4  # adapters take a higher learning rate than a full fine-tune
 max_steps = 20  # optimizer steps of the short QLoRA run
 plan_model = "Mistral-7B"  # the 7B of the plan, from the kit's catalog of model shapes
-plan_gpu = "T4"  # the card of the plan: 15 GiB as nvidia-smi reports it
+plan_gpu = "T4"  # the card of the plan: 14.75 GiB as PyTorch reports it (nvidia-smi: 15,360 MiB)
 plan_batch = 4  # per-device batch of the 7B job
 plan_seq_len = 512  # tokens per sequence of the 7B job: 4 x 512 = 2,048 tokens per micro-batch
+
+# %%
+# Kaggle's "GPU T4 x2" shows two cards to every notebook: this one trains on one (notebook 07 uses both).
+# The pin only works before anything starts CUDA, so it comes first.
+from helpers.env import use_one_gpu
+
+gpus_in_use = use_one_gpu()  # 1 on a GPU machine (one of Kaggle's two T4s), 0 without a GPU
 
 # %% [markdown]
 # ## This machine, 4-bit, and the model
@@ -91,7 +113,8 @@ if not four_bit_ok:
 model, tokenizer = load_model(model_id, smoke=smoke, dtype=torch.float32)
 source = model.config._name_or_path  # the folder or Hub id load_model chose; every load below reads it
 name = "the embedded tiny model" if is_embedded(model) else model_id
-device_map = {"": 0} if machine.gpus else None  # bitsandbytes quantizes on the card while loading
+on_gpu = torch.cuda.is_available()  # the card decides the precision; CUDA decides where tensors live
+device_map = {"": 0} if on_gpu else None  # bitsandbytes quantizes on the card while loading
 helpers.record("model", "embedded" if is_embedded(model) else model_id)
 
 # %% [markdown]
@@ -168,7 +191,7 @@ for fmt, kwargs in formats.items():
     del m
 hf_logging.enable_progress_bar()
 gc.collect()
-if machine.gpus:
+if on_gpu:
     torch.cuda.empty_cache()  # give the copies back before the training below is measured
 
 fp32_total = sizes["fp32"][0]
@@ -201,7 +224,7 @@ helpers.record("bits_per_linear_weight", {fmt: round(8 * s[1] / s[2], 4) for fmt
 # %%
 import bitsandbytes.functional as bnb_functional
 
-w = torch.randn(4096, 4096, device="cuda" if machine.gpus else "cpu")  # a 7B model's q_proj: 16.8M weights
+w = torch.randn(4096, 4096, device="cuda" if on_gpu else "cpu")  # a 7B model's q_proj: 16.8M weights
 constant_bits = {}
 for double_quant in (False, True):
     codes, state = bnb_functional.quantize_4bit(w, quant_type="nf4", compress_statistics=double_quant)
@@ -342,7 +365,7 @@ args = training_args(
     logging_steps=1,
     save_strategy="no",
     disable_tqdm=True,
-    dataloader_pin_memory=bool(machine.gpus),
+    dataloader_pin_memory=on_gpu,
 )
 trainer = Trainer(model=model, args=args, train_dataset=train_data)
 trainer.remove_callback(PrinterCallback)  # the losses are printed below, one line for the whole run
@@ -393,7 +416,7 @@ e = estimate_training_memory(
     checkpointing=True,
     precision=machine.precision.name,
     grad_accum_steps=grad_accum_steps,
-    device="cuda" if machine.gpus else "cpu",
+    device="cuda" if on_gpu else "cpu",
 )
 error = (e.activations - readout["activations"]) / readout["activations"]
 print(
@@ -402,7 +425,7 @@ print(
 )
 helpers.record("activations_mib", round(readout["activations"] / MIB, 4))
 helpers.record("activation_error_pct", round(100 * error, 3))
-if machine.gpus:
+if on_gpu:
     peak = readout["peak_allocated"]
     print(
         f"peak allocated: measured {peak / MIB:,.0f} MiB (torch.cuda.max_memory_allocated), "
@@ -431,7 +454,7 @@ helpers.record("plan_7b_fits", steps[-1].fits)
 
 # %% [markdown]
 # LoRA freezes the model but keeps it in 16 bits, and 13.5 GiB of weights leave no room on a
-# 15 GiB card. The QLoRA line, in full:
+# 14.75 GiB card. The QLoRA line, in full:
 
 # %%
 qlora = steps[-1].estimate

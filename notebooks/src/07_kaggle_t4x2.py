@@ -1,9 +1,9 @@
 # %% [markdown]
 # # 07 · Kaggle T4 x2: data parallel on two GPUs from a notebook
 #
-# **Hardware:** Kaggle with Settings > Accelerator > GPU T4 x2 (not the P100, whose card current
-# PyTorch no longer runs). Any machine with several GPUs works the same; one GPU runs one process;
-# a machine without a GPU runs two CPU processes, so every step still runs and is checked.
+# **Hardware:** Kaggle with Settings > Accelerator > GPU T4 x2. Any machine with several GPUs works
+# the same; one GPU runs one process; a machine without a GPU runs two CPU processes, so every step
+# still runs and is checked.
 # **Time:** about 3 minutes on Kaggle's T4 x2 including the install; under 30 seconds headless on a CPU.
 #
 # Kaggle gives you two T4s, and a notebook that trains on one of them leaves half the hardware idle.
@@ -29,7 +29,7 @@ import sys
 import tempfile
 
 if not any(metadata.distributions(name="compute-realities-kit")):
-    repo, branch = "compute-realities/finetune-kit", "main"
+    repo, ref = "compute-realities/finetune-kit", "main"
     if "KAGGLE_KERNEL_RUN_TYPE" in os.environ:  # Kaggle's internet may be off: say so now, not after pip's retries
         try:
             socket.create_connection(("github.com", 443), timeout=5).close()
@@ -41,14 +41,29 @@ if not any(metadata.distributions(name="compute-realities-kit")):
     runtime_pins = os.path.join(tempfile.mkdtemp(), "runtime-pins.txt")  # pip may not replace the runtime's torch
     with open(runtime_pins, "w") as f:
         f.writelines(f"torch=={d.version}\n" for d in metadata.distributions(name="torch"))
-    pins = f"https://raw.githubusercontent.com/{repo}/{branch}/requirements.txt"
+    pins = f"https://raw.githubusercontent.com/{repo}/{ref}/requirements.txt"
     pip = [sys.executable, "-m", "pip", "install", "--retries", "1", "-c", pins, "-c", runtime_pins]
-    pip.append(f"git+https://github.com/{repo}.git@{branch}")
-    print(f"Installing the kit from github.com/{repo} ...")
+    pip.append(f"git+https://github.com/{repo}.git@{ref}")
+
+    def imported():  # name -> version of each library this session has imported (a fresh Colab has psutil)
+        found = metadata.packages_distributions().items()
+        names = {d for module, ds in found if module in sys.modules for d in ds if d}
+        return {name: metadata.version(name) for name in sorted(names)}
+
+    before = imported()
+    print(f"Installing the kit from github.com/{repo} at {ref} ...")
     done = subprocess.run(pip, capture_output=True, text=True)  # pip's output only if it fails
     if done.returncode != 0:
         print(done.stdout[-3000:], done.stderr[-3000:], sep="\n")
         raise RuntimeError("Installing the kit failed: pip says why just above. Fix that, then run this cell again.")
+    after = imported()
+    replaced = [f"{name} {old} -> {after.get(name, 'gone')}" for name, old in before.items() if after.get(name) != old]
+    if replaced:  # the session holds their old code: only a restart loads the new versions
+        print("Installed, but pip replaced libraries this session had already imported:", *replaced, sep="\n  ")
+        raise RuntimeError(
+            "Restart the session, then run the notebook from the top (this cell will skip the install). "
+            "Colab: Runtime > Restart session. Kaggle: Run > Restart & clear cell outputs."
+        )
     print("Installed.")
 
 # %% tags=["parameters"]
@@ -107,14 +122,16 @@ helpers.record("gpu_names", [g.name for g in machine.gpus])
 
 # %%
 num_processes = len(machine.gpus) if machine.gpus else 2
-if machine.gpus:
+if machine.gpus and not machine.simulated:
     backend = "nccl"
     print(f"{num_processes} GPU(s): one training process per card, gradients averaged over NCCL")
 else:
     backend = "gloo"
     rule = "=" * 78
+    stand_in = "SIMULATED cards" if machine.simulated else "NO GPU"
     print(
-        f"{rule}\n NO GPU: launching 2 CPU processes instead of 2 GPU processes\n"
+        f"{rule}\n {stand_in}: launching {num_processes} CPU process{'es' if num_processes > 1 else ''} "
+        "instead of GPU processes\n"
         " they exchange gradients over gloo instead of NCCL; the code and the checks are the same\n"
         " on Kaggle's T4 x2 this cell says 2 GPUs, and the same cells train on both cards\n"
         f"{rule}"
@@ -172,12 +189,13 @@ def train_ddp(config):
     from helpers.models import load_model
 
     # 1. join the group: NCCL between GPUs; gloo between CPU processes (cpu=True), mixed precision for the card
-    gpus = detect_gpus()  # torch.cuda: in a child process CUDA is allowed
-    precision = {"bf16": "bf16", "fp16": "fp16"}.get(choose_precision(gpus).name, "no")
+    on_gpu = torch.cuda.is_available()  # in a child process CUDA is allowed
+    card_precision = choose_precision(detect_gpus()).name  # what the card trains in (fp16 on a T4)
+    precision = {"bf16": "bf16", "fp16": "fp16"}.get(card_precision, "no") if on_gpu else "no"  # CPU: fp32
     with warnings.catch_warnings():  # on CPU, accelerate gives each process cores / processes threads, and says so
         warnings.filterwarnings("ignore", message="OMP_NUM_THREADS")
         accelerator = Accelerator(
-            cpu=not gpus, mixed_precision=precision, gradient_accumulation_steps=config["grad_accum_steps"]
+            cpu=not on_gpu, mixed_precision=precision, gradient_accumulation_steps=config["grad_accum_steps"]
         )
     rank = accelerator.process_index
     set_seed(config["seed"])

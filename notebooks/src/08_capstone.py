@@ -27,7 +27,7 @@ import sys
 import tempfile
 
 if not any(metadata.distributions(name="compute-realities-kit")):
-    repo, branch = "compute-realities/finetune-kit", "main"
+    repo, ref = "compute-realities/finetune-kit", "main"
     if "KAGGLE_KERNEL_RUN_TYPE" in os.environ:  # Kaggle's internet may be off: say so now, not after pip's retries
         try:
             socket.create_connection(("github.com", 443), timeout=5).close()
@@ -39,14 +39,29 @@ if not any(metadata.distributions(name="compute-realities-kit")):
     runtime_pins = os.path.join(tempfile.mkdtemp(), "runtime-pins.txt")  # pip may not replace the runtime's torch
     with open(runtime_pins, "w") as f:
         f.writelines(f"torch=={d.version}\n" for d in metadata.distributions(name="torch"))
-    pins = f"https://raw.githubusercontent.com/{repo}/{branch}/requirements.txt"
+    pins = f"https://raw.githubusercontent.com/{repo}/{ref}/requirements.txt"
     pip = [sys.executable, "-m", "pip", "install", "--retries", "1", "-c", pins, "-c", runtime_pins]
-    pip.append(f"git+https://github.com/{repo}.git@{branch}")
-    print(f"Installing the kit from github.com/{repo} ...")
+    pip.append(f"git+https://github.com/{repo}.git@{ref}")
+
+    def imported():  # name -> version of each library this session has imported (a fresh Colab has psutil)
+        found = metadata.packages_distributions().items()
+        names = {d for module, ds in found if module in sys.modules for d in ds if d}
+        return {name: metadata.version(name) for name in sorted(names)}
+
+    before = imported()
+    print(f"Installing the kit from github.com/{repo} at {ref} ...")
     done = subprocess.run(pip, capture_output=True, text=True)  # pip's output only if it fails
     if done.returncode != 0:
         print(done.stdout[-3000:], done.stderr[-3000:], sep="\n")
         raise RuntimeError("Installing the kit failed: pip says why just above. Fix that, then run this cell again.")
+    after = imported()
+    replaced = [f"{name} {old} -> {after.get(name, 'gone')}" for name, old in before.items() if after.get(name) != old]
+    if replaced:  # the session holds their old code: only a restart loads the new versions
+        print("Installed, but pip replaced libraries this session had already imported:", *replaced, sep="\n  ")
+        raise RuntimeError(
+            "Restart the session, then run the notebook from the top (this cell will skip the install). "
+            "Colab: Runtime > Restart session. Kaggle: Run > Restart & clear cell outputs."
+        )
     print("Installed.")
 
 # %% tags=["parameters"]
@@ -63,6 +78,13 @@ seq_len = 512  # tokens kept per example; the course's examples are shorter, so 
 max_steps = -1  # -1: the epochs decide (3 epochs of 21 steps on the whole dataset); the runner's smoke run sets 4
 save_steps = 20  # a checkpoint every 20 optimizer steps: at most 20 x 16 = 320 sequences of work lost to a disconnect
 disconnect_after_step = 22  # the simulated disconnect: the first session stops here, 2 steps past its last checkpoint
+
+# %%
+# Kaggle's "GPU T4 x2" shows two cards to every notebook: this one trains on one (notebook 07 uses both).
+# The pin only works before anything starts CUDA, so it comes first.
+from helpers.env import use_one_gpu
+
+gpus_in_use = use_one_gpu()  # 1 on a GPU machine (one of Kaggle's two T4s), 0 without a GPU
 
 # %% [markdown]
 # ## A folder that survives a disconnect
