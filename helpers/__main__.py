@@ -6,12 +6,17 @@ python -m helpers badges [--check]                             # rewrite colab_b
 python -m helpers publish --repo OWNER/NAME --ref REF [--check]  # retarget badges, install cells, README at a fork
 python -m helpers plan --model Mistral-7B --gpu T4 --seq-len 512 [--qlora]  # what fits, and how
 python -m helpers gpu-proof --out DIR                          # on a machine with one CUDA GPU: the proof
+python -m helpers export 08 --out DIR [--gpus N] [--card A100-80GB]  # train.py, accelerate config, Slurm job
 python -m helpers quickcheck student|grade|seal ...            # instructors: see python -m helpers.quickcheck -h
+python -m helpers --version
+
+Installed with pip, the same commands are `course-kit run`, `course-kit plan ...`.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -35,11 +40,22 @@ def main(argv: list[str] | None = None) -> int:
         from helpers.maintainer import gpu_proof
 
         return gpu_proof.main(args.out, only=tuple(args.only or ()))
+    if args.command == "export":
+        return _export(args)
     return _notebooks(args)
 
 
+def _prog() -> str:
+    """How the user started us: `course-kit` (pip's script) or `python -m helpers`."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return "python -m helpers" if name in ("", "__main__.py", "-c", "-m") else name
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m helpers", description="The course kit's commands.")
+    from helpers import __version__
+
+    parser = argparse.ArgumentParser(prog=_prog(), description="The course kit's commands.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="execute the notebooks headless with papermill and report their figures")
@@ -80,7 +96,20 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     _plan_arguments(sub.add_parser("plan", help="estimate a fine-tune's memory on a card and plan what makes it fit"))
+    _export_arguments(sub.add_parser("export", help="notebook 08 as train.py, an accelerate config and a Slurm job"))
+    # listed for the help only: main() hands `quickcheck ...` to its own command line before parsing
+    sub.add_parser("quickcheck", help="instructors: student versions and grading (quickcheck -h for more)")
     return parser
+
+
+def _export_arguments(exp: argparse.ArgumentParser) -> None:
+    exp.add_argument("notebook", metavar="NUMBER", help="the notebook to export: 08 (the capstone)")
+    exp.add_argument("--out", type=Path, required=True, help="the folder to write into (created if needed)")
+    exp.add_argument("--gpus", type=_count("--gpus", 64, "2"), default=1, help="GPUs per job on one node (default 1)")
+    exp.add_argument("--card", help="a catalog card (T4, L4, A100-80GB, H100-80GB): bf16 from A100 on, fp16 before")
+    exp.add_argument("--mixed-precision", choices=("no", "fp16", "bf16"), help="overrides the card's choice")
+    exp.add_argument("--time", default="04:00:00", help="Slurm's time limit, [D-]HH:MM:SS (default 04:00:00)")
+    exp.add_argument("--partition", help="the Slurm partition (default: the cluster's)")
 
 
 def _plan_arguments(pln: argparse.ArgumentParser) -> None:
@@ -166,6 +195,28 @@ def _run(args) -> int:
     except runner.UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+
+
+def _export(args) -> int:
+    from helpers.maintainer.export import ExportError, export
+
+    try:
+        written = export(
+            args.notebook,
+            args.out,
+            gpus=args.gpus,
+            card=args.card,
+            mixed_precision=args.mixed_precision,
+            time=args.time,
+            partition=args.partition,
+        )
+    except ExportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print("\n".join(f"wrote {p}" for p in written))
+    launch = "accelerate launch --config_file accelerate_config.yaml train.py"
+    print(f"next: cd {args.out} && sbatch job.sbatch (or, without Slurm: {launch})")
+    return 0
 
 
 def _notebooks(args) -> int:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import os
-import random
 import statistics
 import time
 from dataclasses import dataclass
@@ -19,22 +18,31 @@ from dataclasses import dataclass
 __all__ = ["SeedRuns", "plot_seeds", "run_seeds", "seed_everything"]
 
 
-def seed_everything(seed: int) -> int:
+def seed_everything(seed: int, *, deterministic: bool = False) -> int:
     """Seed Python, NumPy and torch (CPU and every GPU) so a run can be repeated.
 
-    Pass the same number to TrainingArguments(seed=...): the Trainer reseeds when it starts.
+    The seeding is transformers' own `set_seed`, the one the Trainer calls with
+    TrainingArguments(seed=...) when it starts: pass it the same number. With
+    `deterministic=True` it is `enable_full_determinism` instead, which also makes torch use
+    deterministic kernels (slower on a GPU; an operation without one raises), what a notebook
+    asks for when it compares runs bit for bit. Also sets PYTHONHASHSEED for worker processes
+    started later. Taught in notebook 06.
 
     Returns:
         the seed, so a notebook can record it.
+
+    Example:
+        >>> seed_everything(42)  # doctest: +SKIP
+        42
     """
-    import numpy as np
-    import torch
+    from transformers import enable_full_determinism, set_seed
 
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**32:
         raise ValueError(f"seed must be an int in [0, 2**32), got {seed!r}; e.g. seed_everything(42)")
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)  # seeds every CUDA device too
+    if deterministic:
+        enable_full_determinism(seed)
+    else:
+        set_seed(seed)
     os.environ["PYTHONHASHSEED"] = str(seed)  # for worker processes started after this
     return seed
 

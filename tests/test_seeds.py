@@ -4,6 +4,7 @@ Real Trainer runs on the embedded model, on CPU.
 """
 
 import io
+import os
 
 import pytest
 import torch
@@ -67,3 +68,46 @@ def test_run_seeds_says_what_to_return():
         run_seeds(lambda seed: "low", seeds=[0])
     with pytest.raises(ValueError, match="seeds is empty"):
         run_seeds(lambda seed: 1.0, seeds=[])
+
+
+def test_seed_everything_is_transformers_set_seed(monkeypatch):
+    """Delegates to transformers' set_seed (what the Trainer itself calls), not a copy of it."""
+    import random
+
+    import numpy as np
+    import transformers
+
+    from helpers.seeds import seed_everything
+
+    def draws():
+        return random.random(), np.random.rand(), torch.rand(1).item()
+
+    transformers.set_seed(7)
+    expected = draws()
+    assert seed_everything(7) == 7 and draws() == expected
+
+    calls = []
+    monkeypatch.setattr(transformers, "set_seed", lambda seed, deterministic=False: calls.append(("set_seed", seed)))
+    monkeypatch.setattr(transformers, "enable_full_determinism", lambda seed: calls.append(("full", seed)))
+    seed_everything(3)
+    seed_everything(4, deterministic=True)
+    assert calls == [("set_seed", 3), ("full", 4)]
+
+
+def test_deterministic_turns_on_torchs_deterministic_kernels(monkeypatch):
+    from helpers.seeds import seed_everything
+
+    for name in ("CUDA_LAUNCH_BLOCKING", "CUBLAS_WORKSPACE_CONFIG", "ASCEND_LAUNCH_BLOCKING", "HCCL_DETERMINISTIC"):
+        monkeypatch.delenv(name, raising=False)  # enable_full_determinism sets them: undone after the test
+    monkeypatch.delenv("FLASH_ATTENTION_DETERMINISTIC", raising=False)
+    before = torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark
+    try:
+        seed_everything(5, deterministic=True)
+        assert torch.are_deterministic_algorithms_enabled()
+        assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8" and os.environ["PYTHONHASHSEED"] == "5"
+    finally:
+        torch.use_deterministic_algorithms(before[0])
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = False, before[1]
+    with pytest.raises(ValueError, match=r"seed must be an int in \[0, 2\*\*32\), got -1; e.g. seed_everything\(42\)"):
+        seed_everything(-1)

@@ -8,4 +8,7 @@
 - `publish`: `python -m helpers publish --repo OWNER/NAME --ref REF`: a fork's badges, install
   cells and README retargeted in one command.
 - `gpu_proof`: `python -m helpers gpu-proof --out DIR`: the kit proven on one real CUDA card.
+- `export`: `python -m helpers export 08 --out DIR [--gpus N]`: notebook 08 as a cluster job, a
+  `train.py` that resumes from its last valid checkpoint, an accelerate config for 1..N GPUs and a
+  Slurm `job.sbatch` that requeues itself on preemption.
 """

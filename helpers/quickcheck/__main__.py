@@ -2,6 +2,7 @@
 
 python -m helpers.quickcheck student SRC OUT_DIR                    # student versions of SRC's notebooks
 python -m helpers.quickcheck grade SUBMISSION... [--out grades.csv] [--notebook NN]
+        [--format csv|canvas|gradescope|moodle --roster ROSTER.csv [--roster-key COLUMN] [--assignment NAME]]
 python -m helpers.quickcheck seal BANK.json...                      # hash the plain answers of a bank file
 """
 
@@ -39,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NN",
         help="grade this notebook's questions (00 ... 08; repeatable); default: those the files mention",
     )
+    _add_lms_options(grade)
     seal = sub.add_parser("seal", help="replace the plain answers in bank files by hashes (for bank authors)")
     seal.add_argument("banks", nargs="+", type=Path)
     args = parser.parse_args(argv)
@@ -46,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "student":
         return _student(args.src, args.out)
     if args.command == "grade":
-        return _grade(args.submissions, args.out, args.notebook)
+        return _grade(args)
     from helpers.quickcheck.bank import BankError
     from helpers.quickcheck.sealing import seal_file
 
@@ -78,10 +80,58 @@ def _student(src: Path, out: Path) -> int:
     return 0
 
 
-def _grade(submissions: list[Path], out: Path, notebooks: list[str] | None) -> int:
+def _add_lms_options(grade: argparse.ArgumentParser) -> None:
+    grade.add_argument(
+        "--format",
+        choices=["csv", "canvas", "gradescope", "moodle"],
+        default="csv",
+        help="write --out as this LMS's grade-import file (needs --roster); default csv, the plain gradebook",
+    )
+    grade.add_argument(
+        "--roster",
+        type=Path,
+        help="the LMS's export of its students (Canvas: the exported gradebook; Gradescope: the roster; "
+        "Moodle: a grade export): gives each student's LMS ids, lists who did not submit",
+    )
+    grade.add_argument(
+        "--roster-key",
+        metavar="COLUMN",
+        help="the roster column that holds the notebooks' student_id (matched ignoring case); default: "
+        "canvas 'SIS Login ID', gradescope 'SID', moodle 'ID number', csv 'student_id'",
+    )
+    grade.add_argument(
+        "--assignment",
+        metavar="NAME",
+        help="the score column's name in the LMS file (Canvas: 'Name (id)' fills that assignment); "
+        "default 'Quick checks NN'",
+    )
+
+
+def _read_roster(args: argparse.Namespace):
+    """The roster, or an error line that names the fix (None, message)."""
+    from helpers.quickcheck.roster import RosterError, read_roster
+
+    if args.roster is None:
+        if args.format != "csv":
+            return None, (
+                f"--format {args.format} needs --roster: the LMS's list of students gives each row its LMS ids "
+                f"(e.g. --roster roster.csv)"
+            )
+        if args.roster_key or args.assignment:
+            return None, "--roster-key and --assignment need --roster ROSTER.csv (the LMS's export of its students)"
+        return None, None
+    try:
+        return read_roster(args.roster, args.format, args.roster_key), None
+    except RosterError as e:
+        return None, str(e)
+
+
+def _grade(args: argparse.Namespace) -> int:
     from helpers.quickcheck.bank import bank_notebooks
     from helpers.quickcheck.escaping import shown, shown_path
     from helpers.quickcheck.grading import collect, grade
+
+    submissions, out, notebooks = args.submissions, args.out, args.notebook
 
     known = bank_notebooks()
     unknown = [n for n in notebooks or [] if n not in known]
@@ -102,9 +152,13 @@ def _grade(submissions: list[Path], out: Path, notebooks: list[str] | None) -> i
     if not collect(submissions)[0]:
         print(f"error: no .ipynb files in {', '.join(map(shown_path, submissions))}", file=sys.stderr)
         return 2
+    roster, problem = _read_roster(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     try:
-        run = grade(submissions, out, notebooks=notebooks)
-    except ValueError as e:  # --out on a submission: refused before anything is written
+        run = grade(submissions, out, notebooks=notebooks, roster=roster, assignment=args.assignment)
+    except ValueError as e:  # --out on a submission or the roster: refused before anything is written
         print(f"error: {e}", file=sys.stderr)
         return 2
     n = len(run.submissions)
@@ -117,6 +171,14 @@ def _grade(submissions: list[Path], out: Path, notebooks: list[str] | None) -> i
         f"gradebook: {shown_path(run.csv_path)}\nfeedback for each student: {shown_path(run.feedback_dir)}/\n"
         f"report: {shown_path(run.report_path)}"
     )
+    if run.roster_check is not None:
+        c = run.roster_check
+        print(
+            f"roster: {len(c.matched)} matched, {len(c.missing)} with no submission (blank), "
+            f"{len(c.unknown)} id(s) not on the roster, {len(c.no_id)} with no id: see the report's Roster section"
+        )
+        for s in c.unknown:
+            print(f"  not on the roster: {shown(s.student_id, 100)} ({shown_path(s.path)})")
     return 0
 
 

@@ -66,6 +66,7 @@ class GradeRun:
     report_path: Path
     seconds: float
     unwritten: list[tuple[Path, str]] = field(default_factory=list)  # feedback files that failed, and why
+    roster_check: object | None = None  # a roster.RosterCheck when graded against a roster
 
     @property
     def unreadable(self) -> list[SubmissionGrade]:

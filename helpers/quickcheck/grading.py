@@ -30,11 +30,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from helpers.quickcheck import gradebook, reading
+from helpers.quickcheck import gradebook, lms, reading
 from helpers.quickcheck.bank import Question, bank_notebooks, load_bank
 from helpers.quickcheck.escaping import feedback_names, shown, shown_path
 from helpers.quickcheck.grades import LABELS, MISSING, UNREADABLE, GradeRun, QuestionGrade, SubmissionGrade
 from helpers.quickcheck.judging import CORRECT, NEEDS_ID, WRONG, judge
+from helpers.quickcheck.roster import Roster, match_roster
 from helpers.quickcheck.submissions import NotANotebook, load_cells
 
 __all__ = ["collect", "grade", "grade_submission"]
@@ -75,7 +76,12 @@ def collect(paths: list[str | Path]) -> tuple[list[Path], list[tuple[Path, str]]
 
 
 def grade(
-    paths: list[str | Path], out_csv: str | Path = "grades.csv", *, notebooks: list[str] | None = None
+    paths: list[str | Path],
+    out_csv: str | Path = "grades.csv",
+    *,
+    notebooks: list[str] | None = None,
+    roster: Roster | None = None,
+    assignment: str | None = None,
 ) -> GradeRun:
     """Grade every submission under `paths`; write the CSV, the feedback files and the report.
 
@@ -85,6 +91,11 @@ def grade(
             not be (or put the report or a feedback file on) a submission: ValueError.
         notebooks: grade these notebooks' questions ("00" ... "08"); default: the ones the
             submissions mention.
+        roster: the LMS's students (`roster.read_roster`): `out_csv` is then written in its
+            format (Canvas, Gradescope or Moodle, see `lms`; "csv" keeps the plain gradebook)
+            and the report lists roster students with no submission and ids not on the roster.
+        assignment: the score column's name in an LMS file (Canvas: "Name (assignment id)" to
+            fill an existing assignment); default "Quick checks NN".
 
     Example:
         >>> run = grade(["submissions/"], "grades.csv")  # doctest: +SKIP
@@ -98,8 +109,10 @@ def grade(
     out_csv = Path(out_csv)
     feedback_dir = out_csv.with_name(f"{out_csv.stem}_feedback")
     report_path = out_csv.with_name(f"{out_csv.stem}_report.md")
+    all_csv = out_csv.with_name(f"{out_csv.stem}_all.csv")  # with an LMS format: every file's row, as in csv
     names = feedback_names(files)
-    _refuse_overwriting(files, out_csv, [report_path, *(feedback_dir / f"{n}.txt" for n in names)])
+    outputs = [report_path, *([all_csv] if roster else []), *(feedback_dir / f"{n}.txt" for n in names)]
+    _refuse_overwriting(files, out_csv, outputs, roster)
     results, waiting = [], []
     for path, name in zip(files, names):  # one file at a time: what it held is let go before the next
         result, wait = _grade_file(path, notebooks)
@@ -112,10 +125,17 @@ def grade(
         _add_questions(wait.grade, _questions(batch), reading.Scan(receipts=wait.receipts), wait.id_problem)
     questions = _questions(sorted(set(mentioned) | set(batch)))
     out_csv.parent.mkdir(parents=True, exist_ok=True)
-    gradebook.write_csv(results, questions, out_csv)
+    check = match_roster(results, roster) if roster else None
+    if roster and roster.fmt != "csv":
+        name = assignment or lms.default_assignment(questions)
+        lms.write_lms(lms.lms_rows(check, roster, questions, name), out_csv)
+        gradebook.write_csv(results, questions, all_csv)
+    else:
+        gradebook.write_csv(results, questions, out_csv)
     unwritten = gradebook.write_feedback(results, feedback_dir)
-    run = GradeRun(results, skipped, out_csv, feedback_dir, report_path, time.perf_counter() - start, unwritten)
-    report_path.write_text(gradebook.report_text(run, questions), encoding="utf-8")
+    run = GradeRun(results, skipped, out_csv, feedback_dir, report_path, time.perf_counter() - start, unwritten, check)
+    report = gradebook.report_text(run, questions) + "\n".join(lms.roster_section(check, roster))
+    report_path.write_text(report, encoding="utf-8")
     return run
 
 
@@ -143,7 +163,12 @@ def _walk_folder(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
     return sorted(files), skipped
 
 
-def _refuse_overwriting(files: list[Path], out_csv: Path, outputs: list[Path]) -> None:
+def _refuse_overwriting(files: list[Path], out_csv: Path, outputs: list[Path], roster: Roster | None) -> None:
+    if roster and os.path.realpath(out_csv) == os.path.realpath(roster.path):
+        raise ValueError(
+            f"--out {shown_path(out_csv)} is the roster: writing it would destroy the LMS's export; "
+            f"write the import file elsewhere, e.g. --out {shown_path(out_csv.with_name('import.csv'))}"
+        )
     if out_csv.suffix.lower() == ".ipynb":
         raise ValueError(
             f"--out {shown_path(out_csv)} names a notebook: the gradebook is a CSV, and a submission must "
@@ -151,6 +176,8 @@ def _refuse_overwriting(files: list[Path], out_csv: Path, outputs: list[Path]) -
         )
     taken = {os.path.realpath(f) for f in files}
     for out in [out_csv, *outputs]:
+        if roster and os.path.realpath(out) == os.path.realpath(roster.path) and out != out_csv:
+            raise ValueError(f"writing {shown_path(out)} would overwrite the roster: name --out differently")
         if os.path.realpath(out) in taken:
             raise ValueError(
                 f"writing {shown_path(out)} would overwrite the submission of that name: "

@@ -1,0 +1,332 @@
+"""`python -m helpers export 08`: notebook 08 as train.py, an accelerate config and a Slurm job.
+
+The train.py it writes runs on CPU in two processes (gloo) under `accelerate launch` with the
+exported 2-GPU config, is killed with SIGKILL after its first checkpoint (the whole process group,
+as a preempted node loses it), and resumes to the same final adapter, bit for bit. The job file is
+checked against a table of sbatch options, by `bash -n`, and run with a fake `accelerate` and
+`scontrol` to see the USR1 trap requeue the job.
+"""
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from helpers.maintainer import export as export_module
+from helpers.maintainer.export import ExportError, export, notebook_parameters
+from helpers.maintainer.notebooks import SOURCES_DIR
+
+CAPSTONE = SOURCES_DIR / "08_capstone.py"
+TIMEOUT_S = 300  # one two-process run takes about 20 s here; generous for a loaded CI machine
+# a short run of the capstone's recipe: 64 training rows, 2 x 1 per process x 2 processes = 4 a step; 40 steps
+# (about 0.1 s each) leave the test time to kill it after its first checkpoint
+RUN = ["--smoke", "--per-device-batch", "2", "--grad-accum-steps", "1", "--max-steps", "40", "--save-steps", "4"]
+RUN += ["--logging-steps", "1"]
+
+
+def helpers_cli(*args):
+    return subprocess.run([sys.executable, "-m", "helpers", *args], capture_output=True, text=True, timeout=120)
+
+
+# ---------------------------------------------------------------------------------------------
+# the defaults come from the notebook
+
+
+def test_train_py_takes_its_defaults_from_the_notebooks_parameters_cell(tmp_path, monkeypatch):
+    cell = CAPSTONE.read_text().split('# %% tags=["parameters"]')[1].split("# %%")[0]
+    expected = {}
+    exec(cell, {}, expected)  # the cell as papermill would run it
+    found = notebook_parameters(CAPSTONE)
+    assert {k: v for k, (v, _) in found.items()} == expected
+    assert found["grad_accum_steps"][1] == "effective batch = 1 x 16 x 1 = 16"
+
+    # a changed default follows at the next export
+    changed = tmp_path / "src"
+    changed.mkdir()
+    text = CAPSTONE.read_text().replace("grad_accum_steps = 16  #", "grad_accum_steps = 8  #")
+    (changed / CAPSTONE.name).write_text(text)
+    monkeypatch.setattr(export_module, "SOURCES_DIR", changed)
+    export("08", tmp_path / "job")
+    done = subprocess.run([sys.executable, tmp_path / "job" / "train.py", "--help"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    help_text = " ".join(done.stdout.split())
+    assert "--grad-accum-steps GRAD_ACCUM_STEPS effective batch = 1 x 16 x 1 = 16 (default 8)" in help_text
+    for flag in ("--model-id", "--per-device-batch", "--seq-len", "--max-steps", "--learning-rate", "--seed"):
+        assert flag in help_text
+    assert "--output-dir" in help_text and "--smoke" in help_text and "--disconnect-after-step" not in help_text
+
+
+def test_train_py_passes_the_kits_linter_and_formatter(tmp_path):
+    export("08", tmp_path)
+    ruff = [sys.executable, "-m", "ruff"]
+    rules = ["--isolated", "--line-length", "120"]
+    checked = subprocess.run([*ruff, "check", *rules, "--select", "E,W,F,I,B,UP", tmp_path / "train.py"], text=True,
+                             capture_output=True)  # fmt: skip
+    assert checked.returncode == 0, checked.stdout
+    formatted = subprocess.run(
+        [*ruff, "format", "--diff", *rules, tmp_path / "train.py"], capture_output=True, text=True
+    )
+    assert formatted.returncode == 0, formatted.stdout
+
+
+def test_a_notebook_without_a_parameters_cell_is_refused():
+    with pytest.raises(ExportError, match='no cell tagged "parameters"'):
+        notebook_parameters("# %%\nx = 1\n")
+    with pytest.raises(ExportError, match="seed is not a plain constant"):
+        notebook_parameters('# %% tags=["parameters"]\nseed = int("4")\n')
+
+
+# ---------------------------------------------------------------------------------------------
+# the accelerate config, as accelerate itself reads it
+
+
+@pytest.mark.parametrize(
+    ("gpus", "card", "kind", "precision"),
+    [(1, None, "NO", "no"), (2, "T4", "MULTI_GPU", "fp16"), (8, "A100-80GB", "MULTI_GPU", "bf16")],
+)
+def test_the_accelerate_config_loads_in_accelerate(tmp_path, gpus, card, kind, precision):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    export("08", tmp_path, gpus=gpus, card=card)
+    config = load_config_from_file(str(tmp_path / "accelerate_config.yaml"))
+    assert config.distributed_type.name == kind and config.num_processes == gpus
+    assert str(config.mixed_precision) == precision and config.num_machines == 1
+    assert export("08", tmp_path, gpus=2, card="T4", mixed_precision="bf16")  # the flag overrides the card
+    assert "mixed_precision: 'bf16'" in (tmp_path / "accelerate_config.yaml").read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# the Slurm job: every #SBATCH line against a table, bash -n, and the trap at work
+
+DURATION = r"(\d+-)?\d{1,2}:\d{2}:\d{2}"
+SBATCH_OPTIONS = {  # option -> the format of its value (sbatch(1)); None: a flag without a value
+    "job-name": r"[\w.-]+",
+    "nodes": r"\d+",
+    "ntasks-per-node": r"\d+",
+    "gres": r"gpu(:[\w-]+)?:\d+",
+    "gpus": r"\d+",
+    "cpus-per-task": r"\d+",
+    "mem": r"\d+[KMGT]?",
+    "time": DURATION,
+    "partition": r"[\w,-]+",
+    "account": r"[\w-]+",
+    "output": r"[\w./%-]+",
+    "error": r"[\w./%-]+",
+    "open-mode": r"append|truncate",
+    "requeue": None,
+    "signal": r"(B:|R:)?(USR1|USR2|TERM|INT)(@\d+)?",
+}
+
+
+def sbatch_options(text: str) -> dict[str, str | None]:
+    """Each `#SBATCH --option[=value]` line (those before the first command, as sbatch reads them)."""
+    found = {}
+    for line in text.splitlines()[1:]:
+        if line and not line.startswith("#"):
+            break  # sbatch stops reading options at the first command
+        if not line.startswith("#SBATCH"):
+            continue
+        match = re.fullmatch(r"#SBATCH --([a-z-]+)(?:=(\S+))?", line)
+        assert match, f"not an sbatch option line: {line!r}"
+        name, value = match.groups()
+        assert name in SBATCH_OPTIONS, f"unknown sbatch option --{name}"
+        pattern = SBATCH_OPTIONS[name]
+        if pattern is None:
+            assert value is None, f"--{name} takes no value, got {value!r}"
+        else:
+            assert value is not None and re.fullmatch(pattern, value), f"--{name}={value} does not read as {pattern}"
+        found[name] = value
+    return found
+
+
+def test_the_job_file_reads_as_sbatch_and_as_bash(tmp_path):
+    export("08", tmp_path, gpus=4, time="1-12:00:00", partition="gpu")
+    text = (tmp_path / "job.sbatch").read_text()
+    assert text.startswith("#!/bin/bash\n")
+    options = sbatch_options(text)
+    assert options["gres"] == "gpu:4" and options["time"] == "1-12:00:00" and options["partition"] == "gpu"
+    assert "requeue" in options and options["open-mode"] == "append" and options["signal"] == "B:USR1@120"
+    assert (tmp_path / "logs").is_dir(), "Slurm does not create the --output folder"
+    assert subprocess.run(["bash", "-n", tmp_path / "job.sbatch"], capture_output=True).returncode == 0
+    assert 'scontrol requeue "${SLURM_JOB_ID}"' in text and "trap requeue USR1" in text
+    assert 'train.py --output-dir "${OUTPUT_DIR}"' in text  # the same folder every restart: it resumes
+    assert "--config_file accelerate_config.yaml" in text
+    with pytest.raises(AssertionError, match="unknown sbatch option --gress"):
+        sbatch_options("#!/bin/bash\n#SBATCH --gress=gpu:4\n")
+    with pytest.raises(AssertionError, match="does not read as"):
+        sbatch_options("#!/bin/bash\n#SBATCH --time=4h\n")
+
+
+def test_usr1_requeues_the_job(tmp_path):
+    """The job under a fake Slurm: USR1 (what --signal sends) makes the trap call scontrol requeue."""
+    job = tmp_path / "job"
+    export("08", job)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "accelerate").write_text(f'#!/bin/bash\necho "$@" > {tmp_path}/launched\nexec sleep 60\n')
+    (fake / "scontrol").write_text(f'#!/bin/bash\necho "$@" > {tmp_path}/scontrol\n')
+    for tool in fake.iterdir():
+        tool.chmod(0o755)
+    env = os.environ | {"PATH": f"{fake}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242", "SLURM_SUBMIT_DIR": str(job)}
+    with open(tmp_path / "job.log", "w") as log:  # a file: the sleeping fake would hold a pipe open
+        process = subprocess.Popen(
+            ["bash", "job.sbatch", "--max-steps", "7"], cwd=job, env=env, start_new_session=True,
+            stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "launched").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        process.send_signal(signal.SIGUSR1)  # to the batch shell only, as B: asks
+        assert process.wait(timeout=30) == 128 + signal.SIGUSR1  # the job ends; Slurm requeues it
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)  # the fake training still sleeps
+    out = (tmp_path / "job.log").read_text()
+    assert (tmp_path / "launched").read_text().split() == [
+        "launch", "--config_file", "accelerate_config.yaml", "train.py", "--output-dir", "runs/capstone",
+        "--max-steps", "7",
+    ]  # fmt: skip
+    assert (tmp_path / "scontrol").read_text().split() == ["requeue", "4242"], out
+    assert "requeueing job 4242" in out
+
+
+# ---------------------------------------------------------------------------------------------
+# train.py: two processes over gloo, killed, resumed
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(job: Path, out: Path, log: Path) -> subprocess.Popen:
+    """`accelerate launch` with the exported 2-GPU config, on CPU: two processes talking over gloo."""
+    accelerate = Path(sys.executable).with_name("accelerate")
+    command = [accelerate, "launch", "--config_file", "accelerate_config.yaml"]
+    command += ["--main_process_port", str(free_port()), "train.py", *RUN, "--output-dir", str(out)]
+    env = os.environ | {"HF_HOME": str(job / "hf"), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(SOURCES_DIR.parents[1])}
+    with open(log, "w") as log_file:  # a file, not a pipe: a full pipe would stall the run
+        return subprocess.Popen(command, cwd=job, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+
+
+def kill_tree(process: subprocess.Popen) -> None:
+    """SIGKILL the launcher and every process under it: torchrun starts its ranks in their own groups."""
+    tree = [process.pid] + [p.pid for p in psutil.Process(process.pid).children(recursive=True)]
+    for pid in tree:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    process.wait()
+
+
+def finish(process: subprocess.Popen, log: Path) -> None:
+    try:
+        process.wait(timeout=TIMEOUT_S)
+    finally:
+        if process.poll() is None:
+            kill_tree(process)
+    assert process.returncode == 0, log.read_text()[-4000:]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The exported train.py run twice at once: once through, once killed after its first checkpoint and restarted."""
+    job = tmp_path_factory.mktemp("export")
+    export("08", job, gpus=2)
+    reference = launch(job, job / "reference", job / "reference.log")
+    doomed = launch(job, job / "killed", job / "killed.log")
+    deadline = time.monotonic() + TIMEOUT_S
+    while not any((c / "run_manifest.json").exists() for c in (job / "killed").glob("checkpoint-*")):
+        if doomed.poll() is not None or time.monotonic() > deadline:
+            kill_tree(doomed)
+            log = (job / "killed.log").read_text()[-4000:]
+            pytest.fail(f"no checkpoint before the run ended or timed out:\n{log}")
+        time.sleep(0.01)
+    kill_tree(doomed)  # the launcher and both ranks, with no cleanup: a lost node
+    left = sorted(p.name for p in (job / "killed").iterdir())
+    finish(reference, job / "reference.log")
+    resumed = launch(job, job / "killed", job / "resumed.log")
+    finish(resumed, job / "resumed.log")
+    return job, left
+
+
+def test_train_py_trains_on_two_processes_to_the_end(runs):
+    job, _ = runs
+    result = json.loads((job / "reference" / "result.json").read_text())
+    assert result["global_step"] == 40 and result["resumed_from"] is None
+    log = (job / "reference.log").read_text()
+    assert "effective batch 2 x 1 x 2 = 4" in log, "two processes, one batch each per step"
+    assert (job / "reference" / "checkpoint-40" / "rng_state_1.pth").exists(), "rank 1 saved its own state"
+    assert list(result["losses"]) == [str(s) for s in range(1, 41)]
+
+
+def test_a_killed_run_resumes_from_its_last_valid_checkpoint_to_the_same_adapter(runs):
+    job, left = runs
+    assert "result.json" not in left and "checkpoint-40" not in left, left
+    resumed = json.loads((job / "killed" / "result.json").read_text())
+    reference = json.loads((job / "reference" / "result.json").read_text())
+    start = int(Path(resumed["resumed_from"]).name.split("-")[1])
+    assert Path(resumed["resumed_from"]).parent == job / "killed" and 4 <= start < 40
+    assert f"resuming from {resumed['resumed_from']}" in (job / "resumed.log").read_text()
+    assert resumed["global_step"] == 40
+    assert resumed["eval_loss"] == reference["eval_loss"]
+    assert all(resumed["losses"][str(s)] == reference["losses"][str(s)] for s in range(start + 1, 41))
+    expected = load_file(job / "reference" / "final" / "adapter_model.safetensors")
+    got = load_file(job / "killed" / "final" / "adapter_model.safetensors")
+    assert expected.keys() == got.keys() and len(expected) > 0
+    assert all(torch.equal(expected[k], got[k]) for k in expected), "every final adapter weight, bit for bit"
+
+
+def test_a_finished_run_started_again_trains_nothing(runs):
+    job, _ = runs
+    python = [sys.executable, "train.py", *RUN, "--output-dir", str(job / "reference")]
+    done = subprocess.run(python, cwd=job, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ends a finished run: nothing left to train" in done.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# the command line
+
+
+def test_export_writes_the_three_files_and_says_what_next(tmp_path):
+    done = helpers_cli("export", "08", "--out", str(tmp_path / "job"), "--gpus", "2", "--card", "A100-80GB")
+    assert done.returncode == 0, done.stderr
+    for name in ("train.py", "accelerate_config.yaml", "job.sbatch"):
+        assert f"wrote {tmp_path / 'job' / name}" in done.stdout
+    assert "sbatch job.sbatch" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["export", "99", "--out", "{tmp}/job"], "notebook '99' cannot be exported: export knows 08 (08_capstone)"),
+        (["export", "08", "--out", "{tmp}/file.txt"], "is a file: pass a folder, e.g. --out"),
+        (["export", "08", "--out", "{tmp}/job", "--gpus", "0"], "argument --gpus: 0 is out of range"),
+        (["export", "08", "--out", "{tmp}/job", "--card", "P100"], "unknown GPU 'P100'"),
+        (["export", "08", "--out", "{tmp}/job", "--time", "4h"], "pass e.g. --time 04:00:00"),
+    ],
+)
+def test_export_refuses_what_it_cannot_do(tmp_path, args, message):
+    (tmp_path / "file.txt").write_text("not a folder")
+    done = helpers_cli(*(a.replace("{tmp}", str(tmp_path)) for a in args))
+    assert done.returncode == 2, done.stdout
+    assert message in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert not (tmp_path / "job").exists()
+
+
+def test_export_needs_the_notebook_source(tmp_path, monkeypatch):
+    monkeypatch.setattr(export_module, "SOURCES_DIR", tmp_path)
+    with pytest.raises(ExportError, match="is missing: export runs from a clone of the kit"):
+        export("08", tmp_path / "job")

@@ -1,0 +1,68 @@
+"""What a package is expected to have: a version, a complete help, its own name in usage, a license, a build floor."""
+
+import subprocess
+import sys
+import tomllib
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+import helpers
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def helpers_cli(*args):
+    return subprocess.run([sys.executable, "-m", "helpers", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_version_is_the_projects():
+    done = helpers_cli("--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"python -m helpers {PYPROJECT['project']['version']}"
+    assert helpers.__version__ == PYPROJECT["project"]["version"]
+
+
+def test_top_level_help_lists_every_command_quickcheck_and_export_included():
+    done = helpers_cli("--help")
+    assert done.returncode == 0, done.stderr
+    commands = done.stdout.split("{", 1)[1].split("}", 1)[0].split(",")
+    assert set(commands) >= {"run", "plan", "gpu-proof", "publish", "export", "badges", "notebooks", "quickcheck"}
+    assert "quickcheck          instructors:" in done.stdout
+
+
+def test_the_course_kit_script_says_its_own_name():
+    """pip's console script sets argv[0] to its path: usage must read `course-kit`, not `python -m helpers`."""
+    assert PYPROJECT["project"]["scripts"]["course-kit"] == "helpers.__main__:main"
+    fake_script = "import sys; sys.argv[0] = '/somewhere/bin/course-kit'; from helpers.__main__ import main; main()"
+    done = subprocess.run([sys.executable, "-c", fake_script, "plan"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.startswith("usage: course-kit plan "), done.stderr
+    installed = Path(sys.executable).with_name("course-kit")
+    if installed.exists():  # the kit installed into this environment: the real script too
+        done = subprocess.run([installed, "--version"], capture_output=True, text=True, timeout=60)
+        assert done.stdout.strip() == f"course-kit {helpers.__version__}", done.stderr
+
+
+def test_the_license_file_is_the_license_pyproject_declares():
+    assert PYPROJECT["project"]["license"] == "Apache-2.0"
+    text = (ROOT / "LICENSE").read_text()
+    assert text.split()[:4] == ["Apache", "License", "Version", "2.0,"]
+    assert "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in text
+    assert "END OF TERMS AND CONDITIONS" in text and "http://www.apache.org/licenses/LICENSE-2.0" in text
+    assert len(text.splitlines()) == 201  # the full text, not a summary
+
+
+def test_the_build_floor_reads_the_spdx_license_string():
+    """setuptools before 77 refuses `license = "Apache-2.0"` (a string, PEP 639): the floor must be 77 or later."""
+    (requirement,) = [Requirement(r) for r in PYPROJECT["build-system"]["requires"] if r.startswith("setuptools")]
+    floor = min(Version(s.version) for s in requirement.specifier if s.operator in (">=", "=="))
+    assert floor >= Version("77"), f"setuptools{requirement.specifier} cannot build a SPDX license string"
+    try:
+        installed = Version(metadata.version("setuptools"))
+    except metadata.PackageNotFoundError:
+        pytest.skip("setuptools is not installed here")
+    assert installed in requirement.specifier, f"this environment's setuptools {installed} is below the floor"
