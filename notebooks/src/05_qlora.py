@@ -185,8 +185,10 @@ formats = {  # what is not quantized stays in bf16
     "nf4 + double quant": {"quantization_config": nf4(double_quant=True)},
 }
 hf_logging.disable_progress_bar()  # five loads of the same files: no progress bars
+# load_model downloaded the files already: read them from the cache, never wait on the network here
+offline = {"local_files_only": True, "adapter_kwargs": {"local_files_only": True}}
 for fmt, kwargs in formats.items():
-    m = AutoModelForCausalLM.from_pretrained(source, dtype=torch.bfloat16, device_map=device_map, **kwargs)
+    m = AutoModelForCausalLM.from_pretrained(source, dtype=torch.bfloat16, device_map=device_map, **offline, **kwargs)
     sizes[fmt] = footprint(m)
     del m
 hf_logging.enable_progress_bar()
