@@ -1,5 +1,6 @@
 """What a package is expected to have: a version, a complete help, its own name in usage, a license, a build floor."""
 
+import re
 import subprocess
 import sys
 import tomllib
@@ -66,3 +67,52 @@ def test_the_build_floor_reads_the_spdx_license_string():
     except metadata.PackageNotFoundError:
         pytest.skip("setuptools is not installed here")
     assert installed in requirement.specifier, f"this environment's setuptools {installed} is below the floor"
+
+
+# ---------------------------------------------------------------------------------------------
+# a student's own helpers.py (Colab's /content, Kaggle's /kaggle/working) hiding the kit
+
+
+def shadow_guards():
+    """notebook stem -> the guard its first `helpers` cell runs, taken from the built notebook."""
+    import json
+
+    guards = {}
+    for path in sorted((ROOT / "notebooks").glob("0*.ipynb")):
+        code = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+        first = next(c for c in code if re.search(r"^(from|import) helpers\b", c, re.M))  # the first kit import
+        guards[path.stem] = first[: first.index("\n    )\n") + 7]  # the cell up to the end of its raise
+        assert 'find_spec("helpers")' in guards[path.stem], f"{path.name}: no guard before its first kit import"
+    return guards
+
+
+def run_guard(cwd):
+    guard = shadow_guards()["01_memory_anatomy"]
+    return subprocess.run([sys.executable, "-c", guard], cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+def test_every_notebook_guards_against_a_shadowing_helpers_with_the_same_text():
+    guards = shadow_guards()
+    assert len(guards) == 9 and len(set(guards.values())) == 1, sorted(guards)
+
+
+def test_the_guard_names_a_students_helpers_py_and_the_rename(tmp_path):
+    (tmp_path / "helpers.py").write_text("def plot(): pass\n")
+    done = run_guard(tmp_path)
+    assert done.returncode == 1
+    message = done.stderr.strip().splitlines()[-1]
+    assert message.startswith(f"RuntimeError: {tmp_path / 'helpers.py'} hides the course kit's `helpers` package.")
+    assert f"Rename it to {tmp_path / 'my_helpers.py'}" in message and "Runtime > Restart session" in message
+
+
+def test_the_guard_names_a_helpers_folder_without_the_kit(tmp_path):
+    (tmp_path / "helpers").mkdir()
+    (tmp_path / "helpers" / "__init__.py").write_text("")
+    done = run_guard(tmp_path)
+    assert f"RuntimeError: {tmp_path / 'helpers'} hides" in done.stderr
+    assert f"Rename it to {tmp_path / 'my_helpers'} " in done.stderr
+
+
+def test_the_guard_is_silent_without_a_shadow(tmp_path):
+    done = run_guard(tmp_path)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")

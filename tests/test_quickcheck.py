@@ -8,6 +8,7 @@ compute the per-student ones from the question's own parameters.
 import copy
 import csv
 import functools
+import io
 import itertools
 import json
 import re
@@ -23,7 +24,7 @@ from helpers.maintainer.notebooks import NOTEBOOKS_DIR
 from helpers.quickcheck import ask, check
 from helpers.quickcheck import checks as checks_module
 from helpers.quickcheck.bank import BANK_DIR, BankError, bank_notebooks, get_question, load_bank, params_for
-from helpers.quickcheck.grading import collect, grade, grade_submission
+from helpers.quickcheck.grading import collect, grade, grade_submission, show_graded
 from helpers.quickcheck.handout import HandoutError, student_version, write_student_versions
 from helpers.quickcheck.judging import CORRECT, INVALID, NEEDS_ID, UNANSWERED, WRONG, format_receipt, judge
 from helpers.quickcheck.reading import Cell, find_answer, scan
@@ -653,6 +654,26 @@ def test_grade_command_line(tmp_path):
     assert empty.returncode == 2 and "no .ipynb files" in empty.stderr
     typo = subprocess.run(cmd[:4] + [str(tmp_path / "subz")], capture_output=True, text=True)
     assert typo.returncode == 2 and "no such file or folder" in typo.stderr
+
+
+class FakeTTY(io.StringIO):
+    """A fake terminal: a StringIO that says it is one."""
+
+    def isatty(self):
+        return True
+
+
+def test_grading_shows_one_updating_line_on_a_terminal_and_nothing_elsewhere(tmp_path, monkeypatch):
+    terminal, log = FakeTTY(), io.StringIO()
+    for done in (1, 2, 3):
+        show_graded(done, 3, terminal)
+        show_graded(done, 3, log)
+    assert terminal.getvalue() == "\rgraded 1/3\rgraded 2/3\rgraded 3/3\n" and log.getvalue() == ""
+    write(tmp_path / "subs", "a.ipynb", submission(RIGHT))
+    write(tmp_path / "subs", "b.ipynb", submission(RIGHT))
+    monkeypatch.setattr(sys, "stderr", FakeTTY())
+    grade([tmp_path / "subs"], tmp_path / "g.csv")
+    assert sys.stderr.getvalue() == "\rgraded 1/2\rgraded 2/2\n"
 
 
 # ---------------------------------------------------------------- student versions

@@ -1,6 +1,8 @@
 """`python -m helpers run`: every notebook executed by papermill on the embedded model, and its errors."""
 
+import io
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -9,6 +11,7 @@ import time
 import nbformat
 import pytest
 
+from helpers.maintainer import runner
 from helpers.maintainer.notebooks import NOTEBOOKS_DIR
 from helpers.maintainer.runner import UsageError, run, select
 
@@ -205,3 +208,41 @@ def test_cell_timeout_must_be_a_positive_number_of_seconds(seconds):
     assert "Traceback" not in done.stderr
     with pytest.raises(UsageError, match="--cell-timeout"):  # the same check for a caller of runner.run
         run(["00"], cell_timeout=float(seconds) if seconds != "ten" else seconds)
+
+
+class FakeTTY(io.StringIO):
+    """A fake terminal: a StringIO that says it is one."""
+
+    def isatty(self):
+        return True
+
+
+def run_with_fake_execute(tmp_path, monkeypatch, stdout, seconds=0.0):
+    """run() over two notebooks whose execution is faked (`seconds` each); what it printed."""
+    write_notebooks(tmp_path / "nbs", {"01_first": RUNS_AFTER, "02_second": RUNS_AFTER})
+
+    def fake_execute(path, out, **kwargs):
+        time.sleep(seconds)
+        return runner.Outcome(path.stem, "ok", seconds)
+
+    monkeypatch.setattr(runner, "execute", fake_execute)
+    monkeypatch.setattr(sys, "stdout", stdout)
+    assert run(folder=tmp_path / "nbs", out=tmp_path / "out") == 0
+    monkeypatch.undo()
+    return stdout.getvalue()
+
+
+def test_on_a_terminal_the_running_line_rewrites_itself_with_the_seconds(tmp_path, monkeypatch):
+    printed = run_with_fake_execute(tmp_path, monkeypatch, FakeTTY(), seconds=1.2)
+    first, _, second = printed.split("\n")[:3]
+    # shown at the start, again each second, and once more at the end: one line, rewritten
+    assert re.fullmatch(r"(\r\[1/2\] running 01_first \.\.\. \d+ s){3,}", first), first
+    assert first.startswith("\r[1/2] running 01_first ... 0 s\r") and first.count("\r") >= 3
+    assert re.fullmatch(r"(\r\[2/2\] running 02_second \.\.\. \d+ s){3,}", second), second
+
+
+def test_off_a_terminal_the_running_lines_are_unchanged(tmp_path, monkeypatch):
+    printed = run_with_fake_execute(tmp_path, monkeypatch, io.StringIO())
+    lines = printed.splitlines()
+    assert "\r" not in printed
+    assert lines[0] == "[1/2] running 01_first ..." and lines[2] == "[2/2] running 02_second ..."

@@ -19,11 +19,13 @@ is shut down; the next notebook starts in a fresh one.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import logging
 import math
 import re
 import sys
+import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -41,6 +43,7 @@ __all__ = [
     "declared_parameters",
     "execute",
     "format_line",
+    "progress",
     "run",
     "select",
     "write_summary",
@@ -293,8 +296,8 @@ def run(
     code = None
     try:
         for i, path in enumerate(paths, 1):
-            print(f"[{i}/{len(paths)}] running {path.stem} ...", flush=True)
-            outcome = execute(path, out, smoke=smoke, simulate=simulate, cell_timeout=cell_timeout)
+            with progress(f"[{i}/{len(paths)}] running {path.stem} ..."):
+                outcome = execute(path, out, smoke=smoke, simulate=simulate, cell_timeout=cell_timeout)
             outcomes.append(outcome)
             print(format_line(outcome), flush=True)
             if outcome.error:
@@ -319,6 +322,38 @@ def run(
         f"{out / 'notebooks'}, figures in {out / 'results'}, summary in {summary}"
     )
     return code if code is not None else 1 if failed or not_run else 0
+
+
+@contextlib.contextmanager
+def progress(line: str, stream=None):
+    """Print `line` for the block; on a terminal, rewrite it in place with the seconds elapsed.
+
+    Not a terminal (a pipe, a log, CI, the tests): `line` once, exactly as it reads.
+    """
+    stream = stream or sys.stdout
+    if not stream.isatty():
+        print(line, file=stream, flush=True)
+        yield
+        return
+    start, done = time.perf_counter(), threading.Event()
+
+    def show(end=""):
+        stream.write(f"\r{line} {time.perf_counter() - start:.0f} s{end}")
+        stream.flush()
+
+    def tick():  # once a second until the block ends
+        while not done.wait(1.0):
+            show()
+
+    show()
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()
+        show(end="\n")
 
 
 def _check_cell_timeout(seconds) -> float:

@@ -26,6 +26,7 @@ student's row. A file named on the command line is followed to what it links to.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +39,7 @@ from helpers.quickcheck.judging import CORRECT, NEEDS_ID, WRONG, judge
 from helpers.quickcheck.roster import Roster, match_roster
 from helpers.quickcheck.submissions import NotANotebook, load_cells
 
-__all__ = ["collect", "grade", "grade_submission"]
+__all__ = ["collect", "grade", "grade_submission", "show_graded"]
 
 _SKIP_DIRS = {"__MACOSX", ".ipynb_checkpoints"}
 
@@ -73,6 +74,14 @@ def collect(paths: list[str | Path]) -> tuple[list[Path], list[tuple[Path, str]]
                 seen.add(key)
                 files.append(f)
     return files, skipped
+
+
+def show_graded(done: int, total: int, stream=None) -> None:
+    """On a terminal, rewrite one `graded done/total` line on stderr; elsewhere (a pipe, a log) print nothing."""
+    stream = stream or sys.stderr
+    if stream.isatty():
+        stream.write(f"\rgraded {done}/{total}" + ("\n" if done == total else ""))
+        stream.flush()
 
 
 def grade(
@@ -119,6 +128,7 @@ def grade(
         result.feedback_name = name
         results.append(result)
         waiting += [wait] if wait else []
+        show_graded(len(results), len(files))
     mentioned = sorted({nb for s in results for nb in _notebooks_of(s)})
     batch = notebooks or mentioned
     for wait in waiting:

@@ -67,6 +67,20 @@ batch_size = 4  # sequences per step
 seq_len = 256  # tokens per sequence: 4 x 256 = 1,024 tokens per step
 
 # %%
+# A helpers.py or helpers/ folder of yours would hide the kit's `helpers`: name it before anything imports it.
+import importlib.util
+import os
+
+found = importlib.util.find_spec("helpers")
+folders = list(found.submodule_search_locations or []) if found else []
+if found and not any(os.path.exists(os.path.join(folder, "env.py")) for folder in folders):
+    shadow = folders[0] if folders else found.origin  # your helpers/ folder, or your helpers.py
+    renamed = os.path.join(os.path.dirname(shadow), "my_" + os.path.basename(shadow))
+    raise RuntimeError(
+        f"{shadow} hides the course kit's `helpers` package. Rename it to {renamed} (any other name works), "
+        "then restart the session (Colab: Runtime > Restart session. Kaggle: Run > Restart & clear cell outputs)."
+    )
+
 # Kaggle's "GPU T4 x2" shows two cards to every notebook: this one trains on one (notebook 07 uses both).
 # The pin only works before anything starts CUDA, so it comes first.
 from helpers.env import use_one_gpu
@@ -266,6 +280,30 @@ helpers.record("plan_7b_t4_total_gib", round(steps[-1].estimate.total / GIB, 2))
 # python -m helpers plan --model Mistral-7B --gpu T4 --seq-len 512 --batch-size 4
 # ```
 #
+# ## The allocation timeline, on a GPU
+#
+# `measure` gives totals. PyTorch can also record every allocation and free of one step, each with
+# the line of code that made it, and draw them as a timeline: the weights as a flat band, the
+# activations rising through the forward pass and falling through backward, AdamW's states
+# appearing at the first `optimizer.step()`. The cell below records one fp32 step and saves the
+# snapshot; download `build/memory_snapshot.pickle` and drop it on https://pytorch.org/memory_viz
+# (it runs in your browser; nothing is uploaded). On a CPU it says so and skips.
+
+# %%
+from pathlib import Path
+
+snapshot = Path("build/memory_snapshot.pickle")
+if device.type == "cuda":
+    torch.cuda.memory._record_memory_history(max_entries=100_000)  # every alloc and free from here, with its stack
+    train_step(model, "fp32, recorded")
+    snapshot.parent.mkdir(exist_ok=True)
+    torch.cuda.memory._dump_snapshot(str(snapshot))
+    torch.cuda.memory._record_memory_history(enabled=None)  # stop recording
+    print(f"wrote {snapshot.resolve()}: drop it on https://pytorch.org/memory_viz to see the timeline")
+else:
+    print("The allocation timeline needs a GPU (CUDA's allocator keeps it): nothing recorded on this machine.")
+
+# %% [markdown]
 # ## Quick checks
 #
 # Three questions on this notebook. In each cell below, replace `None` with your answer and run the

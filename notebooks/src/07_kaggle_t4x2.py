@@ -95,6 +95,20 @@ seed = 42
 # `describe(use_nvml=True)` and `read_gpu_memory()` do the reading:
 
 # %%
+# A helpers.py or helpers/ folder of yours would hide the kit's `helpers`: name it before anything imports it.
+import importlib.util
+import os
+
+found = importlib.util.find_spec("helpers")
+folders = list(found.submodule_search_locations or []) if found else []
+if found and not any(os.path.exists(os.path.join(folder, "env.py")) for folder in folders):
+    shadow = folders[0] if folders else found.origin  # your helpers/ folder, or your helpers.py
+    renamed = os.path.join(os.path.dirname(shadow), "my_" + os.path.basename(shadow))
+    raise RuntimeError(
+        f"{shadow} hides the course kit's `helpers` package. Rename it to {renamed} (any other name works), "
+        "then restart the session (Colab: Runtime > Restart session. Kaggle: Run > Restart & clear cell outputs)."
+    )
+
 import torch
 
 import helpers

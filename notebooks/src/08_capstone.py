@@ -80,6 +80,20 @@ save_steps = 20  # a checkpoint every 20 optimizer steps: at most 20 x 16 = 320 
 disconnect_after_step = 22  # the simulated disconnect: the first session stops here, 2 steps past its last checkpoint
 
 # %%
+# A helpers.py or helpers/ folder of yours would hide the kit's `helpers`: name it before anything imports it.
+import importlib.util
+import os
+
+found = importlib.util.find_spec("helpers")
+folders = list(found.submodule_search_locations or []) if found else []
+if found and not any(os.path.exists(os.path.join(folder, "env.py")) for folder in folders):
+    shadow = folders[0] if folders else found.origin  # your helpers/ folder, or your helpers.py
+    renamed = os.path.join(os.path.dirname(shadow), "my_" + os.path.basename(shadow))
+    raise RuntimeError(
+        f"{shadow} hides the course kit's `helpers` package. Rename it to {renamed} (any other name works), "
+        "then restart the session (Colab: Runtime > Restart session. Kaggle: Run > Restart & clear cell outputs)."
+    )
+
 # Kaggle's "GPU T4 x2" shows two cards to every notebook: this one trains on one (notebook 07 uses both).
 # The pin only works before anything starts CUDA, so it comes first.
 from helpers.env import use_one_gpu
