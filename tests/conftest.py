@@ -10,6 +10,9 @@ other; each fixture waits for its own run. Tests that read a run are marked `not
 Every run is given a planted wandb key and Hub token (fakes, named as such) and a wandb server that
 refuses connections, so notebook 06 takes the "key found, server unreachable" path and a test can
 look for the planted values in everything the run printed or wrote.
+
+While editing a few notebooks, `KIT_ONLY="02 03" pytest tests/test_notebooks.py` runs only those
+(the tests of the others then fail for want of their figures: read only your own).
 """
 
 from __future__ import annotations
@@ -85,6 +88,8 @@ def _execute(name: str) -> NotebookRun:
     command = [sys.executable, "-m", "helpers", "run", "--smoke", "--out", str(out)]
     if name != "cpu":
         command += ["--simulate", name]
+    for only in os.environ.get("KIT_ONLY", "").split():
+        command += ["--only", only]
     with (out / "stdout.txt").open("w+") as stdout, (out / "stderr.txt").open("w+") as stderr:
         process = subprocess.Popen(command, stdout=stdout, stderr=stderr, env=_environment(out))
         _processes.append(process)

@@ -124,6 +124,9 @@ def install_cell(repository: str = REPOSITORY, ref: str = BRANCH) -> str:
 
 INSTALL_CELL = install_cell()
 
+# A cell tagged "record" saves the run's figures for the tests (helpers.record): nothing for a
+# student to read, so its source starts folded (JupyterLab: jupyter.source_hidden; Colab: a form).
+HIDDEN = {"jupyter": {"source_hidden": True}, "cellView": "form"}
 INSTALL_MARKER = '# %% tags=["install"]'
 SYNC_COMMAND = "make notebooks"
 
@@ -168,6 +171,8 @@ def build(source: Path, cell: str = INSTALL_CELL):
         cell.id = f"{source.stem[:2]}-{i:02d}"  # stable ids: a rebuild changes nothing
         tags = cell.metadata.get("tags")
         cell.metadata = {"tags": tags} if tags else {}
+        if "record" in (tags or ()):  # the kit's own bookkeeping: folded away in JupyterLab and Colab
+            cell.metadata.update(HIDDEN)
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
     nbformat.validate(nb)
