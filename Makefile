@@ -2,6 +2,7 @@
 #   make run        set up .venv, then execute every notebook headless (ARGS="--only 00 --smoke" to narrow)
 #   make test       set up .venv, then the lint gate (ruff), then the whole test suite
 #   make test-fast  the same without executing any notebook: the inner loop while editing helpers/
+#   make e2e        a real browser: JupyterLab + Debian's headless Chromium run notebooks 00 and 03
 #   make lint       ruff check and ruff format --check; `make format` rewrites the files
 PYTHON ?= python3
 VENV ?= .venv
@@ -10,10 +11,11 @@ PY := $(VENV)/bin/python
 # the CPU build the tests run against.
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.installed
+E2E_STAMP := $(VENV)/.e2e-installed
 # leaves out the tests that read the shared notebook run, and nbval (it collects notebooks/, not tests/)
 FAST_ARGS := -m "not notebooks" tests
 
-.PHONY: setup run test test-fast lint format notebooks clean
+.PHONY: setup run test test-fast e2e lint format notebooks clean
 
 setup: $(STAMP)
 
@@ -37,6 +39,16 @@ format: setup
 
 test: lint
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# JupyterLab and selenium (requirements-e2e.txt), and Debian's chromium (scripts/install_browser.sh:
+# the tests skip, saying why, where it cannot be installed). Screenshots land in build/e2e/.
+$(E2E_STAMP): $(STAMP) requirements-e2e.txt
+	$(PY) -m pip install -q -r requirements-e2e.txt
+	@touch $@
+
+e2e: $(E2E_STAMP)
+	@sh scripts/install_browser.sh
+	$(PY) -m pytest e2e -rs $(PYTEST_ARGS)
 
 test-fast: lint
 	$(PY) -m pytest $(FAST_ARGS) $(PYTEST_ARGS)

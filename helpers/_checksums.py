@@ -9,15 +9,11 @@ read of every file (about 1 GB/s of SHA-256 on one core, measured in tests/test_
 from __future__ import annotations
 
 import hashlib
-import re
 from pathlib import Path
 
 __all__ = ["CHUNK_BYTES", "file_checksums", "sha256_file"]
 
 CHUNK_BYTES = 2**20  # bytes read at a time
-# RNG states of the other data-parallel processes: each writes its own, with no barrier before the
-# main process saves the manifest, so they may still be growing; resume checks them by structure
-OTHER_RANKS_RNG = re.compile(r"^rng_state_[1-9]\d*\.pth$")
 
 
 def sha256_file(path: str | Path) -> str:
@@ -32,14 +28,14 @@ def sha256_file(path: str | Path) -> str:
 def file_checksums(folder: str | Path, *, skip: tuple[str, ...] = ()) -> dict[str, dict]:
     """{path relative to `folder`: {"bytes": size, "sha256": hex}} for every file under it.
 
-    Leaves out the names in `skip` (the manifest itself), temporary `*.tmp` files and the RNG
-    states of other data-parallel processes (see OTHER_RANKS_RNG).
+    Leaves out the names in `skip` (the manifest itself) and temporary `*.tmp` files. Every
+    data-parallel process's RNG state is included: `ManifestCallback` waits for all of them first.
     """
     folder = Path(folder)
     found = {}
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         name = path.relative_to(folder).as_posix()
-        if name in skip or name.endswith(".tmp") or OTHER_RANKS_RNG.match(name):
+        if name in skip or name.endswith(".tmp"):
             continue
         found[name] = {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
     return found

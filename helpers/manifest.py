@@ -130,6 +130,9 @@ class _ManifestWriter:
             _log_to_wandb(config={"manifest": manifest})
 
     def on_save(self, args, state, control, model=None, train_dataloader=None, **kwargs):
+        # Every process saves its own RNG state (rng_state_<rank>.pth) before its on_save: once all
+        # have reached this point, the checkpoint is whole and the main process can hash all of it.
+        _wait_for_every_process()
         if not state.is_world_process_zero:
             return
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"  # the Trainer's own naming
@@ -181,6 +184,14 @@ class _ManifestWriter:
 
 # ManifestCallback subclasses TrainerCallback: built, importing transformers, on first use
 __getattr__, __dir__ = lazy_callbacks(globals(), ManifestCallback=_ManifestWriter)
+
+
+def _wait_for_every_process() -> None:
+    """A barrier across the data-parallel processes, when there are several (notebook 07, export 08)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
 
 
 def _training_section(args) -> dict:

@@ -23,6 +23,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from helpers._checksums import sha256_file
 from helpers.maintainer import export as export_module
 from helpers.maintainer.export import ExportError, export, notebook_parameters
 from helpers.maintainer.notebooks import SOURCES_DIR
@@ -267,7 +268,12 @@ def test_train_py_trains_on_two_processes_to_the_end(runs):
     assert result["global_step"] == 40 and result["resumed_from"] is None
     log = (job / "reference.log").read_text()
     assert "effective batch 2 x 1 x 2 = 4" in log, "two processes, one batch each per step"
-    assert (job / "reference" / "checkpoint-40" / "rng_state_1.pth").exists(), "rank 1 saved its own state"
+    checkpoint = job / "reference" / "checkpoint-40"
+    assert (checkpoint / "rng_state_1.pth").exists(), "rank 1 saved its own state"
+    recorded = json.loads((checkpoint / "run_manifest.json").read_text())["checksums"]["files"]
+    assert recorded["rng_state_1.pth"]["sha256"] == sha256_file(checkpoint / "rng_state_1.pth"), (
+        "the manifest waits for rank 1's RNG state and hashes it whole"
+    )
     assert list(result["losses"]) == [str(s) for s in range(1, 41)]
 
 
