@@ -113,7 +113,13 @@ def _export_arguments(exp: argparse.ArgumentParser) -> None:
 
 
 def _plan_arguments(pln: argparse.ArgumentParser) -> None:
-    pln.add_argument("--model", required=True, help="a catalog model, e.g. Mistral-7B, SmolLM2-135M")
+    from helpers.estimate import OPTIMIZER_BYTES, PRECISIONS
+
+    pln.add_argument(
+        "--model",
+        required=True,
+        help="a catalog model (Mistral-7B, Qwen3-0.6B), a path to a config.json or its folder, or a Hub id",
+    )
     pln.add_argument(
         "--gpu", type=_card, default="T4", help="a catalog card (T4, L4, A100-40GB, ...) or GiB, e.g. 15.0"
     )
@@ -121,13 +127,30 @@ def _plan_arguments(pln: argparse.ArgumentParser) -> None:
     pln.add_argument(
         "--batch-size", type=_count("--batch-size", 2**16, "4"), default=1, help="per-device micro-batch (default 1)"
     )
-    pln.add_argument("--precision", choices=("fp32", "bf16", "fp16"), help="default: the card's half precision")
+    pln.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        help="default: the card's half precision; bf16-true / fp16-true: everything in 16 bits, no fp32 copies",
+    )
     method = pln.add_mutually_exclusive_group()
     method.add_argument("--lora", action="store_true", help="LoRA on a frozen 16-bit model")
     method.add_argument("--qlora", action="store_true", help="LoRA on a frozen 4-bit NF4 model")
     pln.add_argument("--lora-r", type=_count("--lora-r", 4096, "16"), default=16, help="LoRA rank (default 16)")
+    pln.add_argument(
+        "--lora-targets",
+        type=_targets,
+        default="all-linear",
+        help="peft's target_modules, comma-separated: all-linear (default), q_proj,v_proj, ... lm_head",
+    )
     pln.add_argument("--checkpointing", action="store_true", help="gradient checkpointing on")
-    pln.add_argument("--optimizer", default="adamw", choices=("adamw", "adamw_8bit", "paged_adamw_8bit", "sgd"))
+    pln.add_argument(
+        "--optimizer", default="adamw", choices=tuple(OPTIMIZER_BYTES), help="also TrainingArguments' optim names"
+    )
+    pln.add_argument(
+        "--fused-loss",
+        action="store_true",
+        help="a fused / chunked cross-entropy (Liger, unsloth): no full-sequence logits in fp32",
+    )
 
 
 # argument types: argparse turns their ArgumentTypeError into "error: argument --x: <message>" and
@@ -166,6 +189,14 @@ def _number(flag: str, low: float, high: float, unit: str, example: str):
         return value
 
     return parse
+
+
+def _targets(text: str) -> str | list[str]:
+    """An argparse type for --lora-targets: all-linear, or module names separated by commas."""
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"{text!r} names no module: pass e.g. --lora-targets q_proj,v_proj")
+    return "all-linear" if names == ["all-linear"] else names
 
 
 MAX_CARD_GIB = 1024  # GiB: more than any single card has (the largest hold a few hundred)
@@ -258,6 +289,8 @@ def _plan(args) -> int:
         checkpointing=args.checkpointing,
         optimizer=args.optimizer,
         lora_r=args.lora_r,
+        lora_targets=args.lora_targets,
+        fused_loss=args.fused_loss,
         method="qlora" if args.qlora else "lora" if args.lora else "full",
     )
     if args.precision:
@@ -275,7 +308,8 @@ def _plan(args) -> int:
         f"checkpointing {'on' if s['checkpointing'] else 'off'}, optimizer {s['optimizer']}"
     )
     print(asked.table())
-    print(f"fits {describe_card(gpu)}: {'yes' if steps[0].fits else 'no'}\n")
+    shown = {"fits": "yes", "borderline": "borderline (within the estimator's known error)", "does not fit": "no"}
+    print(f"fits {describe_card(gpu)}: {shown[steps[0].verdict]}\n")
     print(format_plan(steps, gpu))
     return 0
 

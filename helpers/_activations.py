@@ -2,13 +2,17 @@
 
 Private to `helpers.estimate` (taught in notebook 01, memory anatomy). "Saved" means what
 saved-tensor hooks see (`helpers.saved_tensors.track_saved_tensors`): each storage once, parameters
-excluded. A decoder layer (Llama, Qwen2, Gemma, Phi-3, GPT-2) and BERT's post-norm encoder layer
-share one walk: norms, the projections' inputs, rotary, attention, the MLP, dropout, LoRA adapters;
-each op adds what it saves, in the dtype it saves it in. A frozen linear (LoRA, QLoRA) saves no
-input: autograd keeps a linear's input only for its weight's gradient. `outside_layers` counts the
-embeddings, the final norm, the head and the loss; `backward_transient` the gradients alive inside
-one layer's backward. tests/test_estimate.py holds the walk to the bytes measured on CPU for Llama,
-Qwen2, Gemma, GPT-2 and BERT, in fp32, under autocast, in pure bf16 and with peft's LoRA.
+excluded. The decoder layers (Llama, Mistral, Qwen2/3, Gemma 1/2/3, Phi-3, GPT-NeoX, GPT-2) and
+BERT's post-norm encoder layer share one walk: norms (and Qwen3's and Gemma 3's per-head q/k
+norms), the projections' inputs, rotary, attention (eager, sdpa's fused kernel or its math
+fallback), the MLP, dropout, LoRA adapters on a 16-bit or a 4-bit base; each op adds what it
+saves, in the dtype it saves it in. A frozen linear (LoRA, QLoRA) saves no input: autograd keeps
+a linear's input only for its weight's gradient. `outside_layers` counts the embeddings, the final
+norm, the head and the loss; `backward_transient` the gradients alive inside one layer's backward.
+tests/test_estimate.py and tests/test_estimate_families.py hold the walk to the bytes measured on
+CPU for every family, eager and sdpa, dropout on and off, in fp32, under autocast, in pure bf16,
+with peft's LoRA and with QLoRA. Longer than 400 lines because the walk is one sequence of ops that
+every family shares with its own variations: split by family, each op's rule would be repeated.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import TYPE_CHECKING
 from helpers._job import FP32_BYTES  # autocast's residual stream, softmax and loss upcasts, LayerNorm statistics
 
 if TYPE_CHECKING:
-    from helpers._job import Shape
+    from helpers._families import Shape
 
 __all__ = [
     "ACTIVATION_SAVES",
@@ -54,6 +58,7 @@ class Forward:
     compute: int
     autocast: bool
     device: str = "cuda"
+    quantized: bool = False  # a 4-bit base after peft's k-bit preparation (fp32 norms)
 
     @property
     def tokens(self) -> int:
@@ -63,6 +68,12 @@ class Forward:
     def resid(self) -> int:
         """Bytes of the residual stream and a norm's output: fp32 under autocast or in fp32."""
         return FP32_BYTES if (self.autocast or self.compute == FP32_BYTES) else self.compute
+
+    @property
+    def mlp_bytes(self) -> int:
+        """Bytes of the MLP's width tensors: a 4-bit linear returns its output in its input's dtype,
+        and under autocast the fp32 norms of peft's k-bit preparation feed gate and up in fp32."""
+        return FP32_BYTES if self.quantized and self.autocast else self.compute
 
     @property
     def scores(self) -> int:
@@ -112,10 +123,12 @@ def layer_activations(f: Forward, adapters: Adapters | None = None, input_grad: 
     parts = {
         "norms": _norms(f, inputs, input_grad, frozen=adapters is not None),
         "attention": _attention(f, inputs, adapters, input_grad),
-        "mlp": _mlp(f, inputs),
+        "mlp": _mlp(f, inputs, input_grad or not s.parallel_residual or "up" in adapters.targets),
     }
     if s.resid_dropout > 0:  # after attention, after the MLP
-        parts["dropout"] = 2 * (CUDA_MASK_BYTES if f.device == "cuda" else f.compute) * f.tokens * s.hidden
+        # on CPU a mask has its input's dtype: the MLP's output comes in its input's (fp32 from a 4-bit down)
+        masks = 2 * CUDA_MASK_BYTES if f.device == "cuda" else f.compute + f.mlp_bytes
+        parts["dropout"] = masks * f.tokens * s.hidden
     if adapters is not None:  # the adapters' saves on one line of their own, not in the part that feeds them
         up = "mlp" if s.family == "bert" else "norms"  # post-norm BERT's up reads attention's output, not a norm's
         parts["lora"] = inputs.adapter_bytes
@@ -136,10 +149,17 @@ def _norms(f: Forward, inputs: _Inputs, input_grad: bool, frozen: bool) -> int:
         return 2 * own + inputs.group(s.hidden, f.resid, ("q", "k", "v"), grad=input_grad)
     qkv = ("qkv",) if s.fused_qkv else ("q", "k", "v")
     mlp = ("up",) if not s.gated or s.family == "phi3" else ("gate", "up")
+    if s.parallel_residual:  # both norms read the layer's input: it is kept once, the statistics twice
+        own = own + _ln_stats(f, max(f.resid, f.compute)) if input_grad else 0
+    else:
+        own *= 2 if input_grad else 1
+    if s.sandwich_norms:  # Gemma 2/3 also normalize attention's and the MLP's outputs
+        own += 2 * _norm_own(f, frozen)
+    mlp_grad = input_grad or not s.parallel_residual  # a parallel MLP reads the layer's input too
     return (
-        own * (2 if input_grad else 1)
+        own
         + inputs.group(s.hidden, f.resid, qkv, grad=input_grad)
-        + inputs.group(s.hidden, f.resid, mlp)
+        + inputs.group(s.hidden, f.resid, mlp, grad=mlp_grad)
     )
 
 
@@ -155,20 +175,32 @@ def _attention(f: Forward, inputs: _Inputs, adapters: Adapters | None, input_gra
     else:
         kept = _rotary_qkv(f, adapters, input_grad)
     if f.math_path:  # the heads merged into one contiguous tensor: saved only by o_proj, for its weight
-        return kept + _probabilities(f) + inputs.group(q, f.compute, ("o",))
-    # the fused kernel saves its output, which o_proj reads as a view, and a log-sum-exp per query in fp32
+        # CPU's math kernel returns the query's dtype: fp32 under autocast (rotary upcasts it)
+        o_bytes = f.attn_bytes if f.autocast else f.compute
+        return kept + _probabilities(f) + inputs.group(q, o_bytes, ("o",))
+    # the fused kernel saves its output and a log-sum-exp per query in fp32; o_proj reads the output
+    # as a view, except on CPU after a fused projection: rotary then writes the query head-major, the
+    # kernel's output follows it, and merging the heads copies
     lse = FP32_BYTES * f.batch_size * s.heads * f.seq_len
-    return kept + lse + f.compute * f.tokens * q + inputs.group(q, f.compute, ("o",), already_saved=True)
+    copied = s.fused_qkv and s.rotary and f.device == "cpu"
+    return kept + lse + f.compute * f.tokens * q + inputs.group(q, f.compute, ("o",), already_saved=not copied)
 
 
 def _rotary_qkv(f: Forward, adapters: Adapters | None, input_grad: bool) -> int:
     """Llama-style attention's saved query, key and value, after rotary embeddings."""
-    s, c, n = f.shape, f.compute, f.tokens
+    s, c, n = f.shape, f.attn_bytes, f.tokens  # CPU's math kernel for sdpa keeps fp32 copies
     q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
     if f.math_path and s.kv_heads < s.heads:  # repeat_kv materializes k and v per query head
         kept = c * n * q * 3
-    else:  # the rotated query and key, the value (a view of the fused projection's output if fused)
-        kept = c * n * (q + kv) + (c * n * (q + 2 * kv) if s.fused_qkv else c * n * kv)
+    elif s.fused_qkv and not f.math_path and f.device == "cuda":  # the value: a view of the fused output
+        kept = c * n * (q + kv) + c * n * (q + 2 * kv)
+    else:  # the rotated query and key, the value (a strided slice of a fused output is copied: by the
+        # matmul on the math path, by CPU's fused kernel)
+        kept = c * n * (q + kv) + c * n * kv
+    if s.qk_norm:  # Qwen3, Gemma 3: each head's query and key normalized, in fp32
+        for side, heads in (("q", s.heads), ("k", s.kv_heads)):
+            if input_grad or (adapters is not None and side in adapters.targets):
+                kept += _norm_own(f, adapters is not None, s.head_dim, heads, f.compute)
     if f.math_path and not input_grad and not s.fused_qkv:  # q @ k^T keeps each side for the other's grad
         k_bytes = c * n * (q if s.kv_heads < s.heads else kv)
         kept -= (0 if "k" in adapters.targets else c * n * q) + (0 if "q" in adapters.targets else k_bytes)
@@ -193,8 +225,12 @@ def _probabilities(f: Forward) -> int:
     else:  # Llama's eager softmax upcasts; GPT-2's runs in the scores' dtype (fp32 under autocast
         # through its fp32 mask), and so does the math kernel
         soft = f.compute if s.family == "gpt2" and s.attn_impl == "eager" and f.resid != FP32_BYTES else FP32_BYTES
-        cpu_mask = cb
+        # eager rotary attention casts the probabilities back to the query's dtype before dropout:
+        # fp32 under autocast (rotary with the fp32 residual's cos/sin upcasts the query)
+        cpu_mask = FP32_BYTES if f.autocast and s.rotary else cb
     kept = soft * scores
+    if s.attn_softcap:  # Gemma 2: tanh(scores / cap) keeps its output, in the scores' dtype
+        kept += cb * scores
     if s.attn_dropout > 0:  # the dropout mask, and the dropped probabilities the next matmul reads
         kept += (CUDA_MASK_BYTES if f.device == "cuda" else cpu_mask) * scores + cb * scores
     elif soft != cb:  # the probabilities cast back to the compute dtype for the matmul
@@ -202,17 +238,20 @@ def _probabilities(f: Forward) -> int:
     return kept
 
 
-def _mlp(f: Forward, inputs: _Inputs) -> int:
-    """What the activation saves, the gated product's operands, and the projections' inputs."""
+def _mlp(f: Forward, inputs: _Inputs, grad: bool = True) -> int:
+    """What the activation saves, the gated product's operands, and the projections' inputs.
+
+    grad: whether the MLP's input requires grad (not in a parallel-residual model's first frozen
+    layer, whose MLP reads the embeddings' output directly): without it the activation saves nothing."""
     s = f.shape
-    width = f.compute * f.tokens * s.intermediate  # one tensor of the MLP's width
+    width = f.mlp_bytes * f.tokens * s.intermediate if grad else 0  # one tensor of the MLP's width
     saves = ACTIVATION_SAVES.get(s.act, 1)
     # gated: the activation's saves (the gate's output among them), and up and act(gate), which
     # their product keeps (Phi-3 fuses gate and up into one output)
     kept = (2 + saves) * width if s.gated else saves * width
     if s.family == "bert":  # its up projection reads the attention block's normed output
         kept += inputs.group(s.hidden, f.resid, ("up",))
-    return kept + inputs.group(s.intermediate, f.compute, ("down",))
+    return kept + inputs.group(s.intermediate, f.mlp_bytes, ("down",))
 
 
 class _Inputs:
@@ -276,9 +315,12 @@ class _Inputs:
         return sum(self._by_target.get(t, 0) for t in targets)
 
 
-def _norm_own(f: Forward, frozen: bool) -> int:
-    """What one norm saves for itself (not its output, which its consumers keep)."""
-    s, n, h = f.shape, f.tokens, f.shape.hidden
+def _norm_own(f: Forward, frozen: bool, width: int = 0, heads: int = 1, in_bytes: int = 0) -> int:
+    """What one norm saves for itself (not its output, which its consumers keep).
+
+    width, heads, in_bytes: a norm over each head (Qwen3's and Gemma 3's q/k norms: head_dim wide,
+    `heads` rows a token, reading the projection's output); by default the residual stream's."""
+    s, n, h = f.shape, f.tokens * heads, width or f.shape.hidden
     if s.layernorm:  # input, mean, rstd; computed in fp32 under autocast
         return max(f.resid, f.compute) * n * h + _ln_stats(f, max(f.resid, f.compute))
     # RMSNorm upcasts: the fp32 input (pow and the product with 1/rms keep it) and 1/rms
@@ -286,7 +328,7 @@ def _norm_own(f: Forward, frozen: bool) -> int:
     if s.family == "gemma":  # x * (1 + weight) in fp32: keeps (1 + weight), and x for the weight
         return kept + FP32_BYTES * h + (0 if frozen else FP32_BYTES * n * h)
     if not frozen:  # weight * x.to(input dtype) keeps that x for the weight's gradient
-        kept += FP32_BYTES * n * h if f.resid == FP32_BYTES else f.compute * n * h
+        kept += (in_bytes or f.resid) * n * h
     return kept
 
 
@@ -301,32 +343,39 @@ def backward_transient(f: Forward, quantized: bool = False) -> int:
     While autograd walks back through a layer, an op's output gradient and its input gradient are
     alive together: two tensors of the largest shape in the layer (the attention matrix on the
     math path, in fp32 around the softmax; otherwise the MLP's width, three with a gated MLP). A
-    4-bit linear also dequantizes its weight to the compute dtype for its input's gradient.
+    4-bit linear also dequantizes its weight to the compute dtype for its input's gradient, and
+    its absmax (one fp32 per 64 weights) first.
     """
     s = f.shape
-    transient = (3 if s.gated else 2) * f.compute * f.tokens * s.intermediate
+    transient = (3 if s.gated else 2) * f.mlp_bytes * f.tokens * s.intermediate
     if f.math_path:  # BERT's softmax gradient runs in the residual dtype, the decoders' in fp32
         soft = f.resid if s.family == "bert" else FP32_BYTES
         transient = max(transient, 2 * soft * f.scores)
     if quantized:
-        transient += f.compute * max(a * b for a, b in s.linear_shapes().values())
+        transient += (f.compute + FP32_BYTES / 64) * max(a * b for a, b in s.linear_shapes().values())
     return transient
 
 
-def outside_layers(f: Forward, *, checkpointing: bool, frozen: bool, pooler: Adapters | None = None) -> dict[str, int]:
-    """Embeddings, the final norm (or BERT's embedding norm and pooler), the head's input, the loss."""
+def outside_layers(
+    f: Forward, *, checkpointing: bool, frozen: bool, pooler: Adapters | None = None, head: Adapters | None = None
+) -> dict[str, int]:
+    """Embeddings, the final norm (or BERT's embedding norm and pooler), the head's input, the loss.
+
+    pooler, head: the adapter on BERT's pooler, or on the LM head (peft's target "lm_head")."""
     s, n = f.shape, f.tokens
     parts = {"input ids and labels": _indices(f, frozen)}
-    if not s.layernorm and not checkpointing:
-        parts["rotary cos/sin"] = 2 * f.resid * f.seq_len * s.head_dim
-    if s.resid_dropout > 0:
+    if s.rotary and not checkpointing:
+        parts["rotary cos/sin"] = 2 * f.resid * f.seq_len * int(s.head_dim * s.rotary_fraction)
+    if s.embed_dropout > 0:
         parts["embedding dropout"] = (CUDA_MASK_BYTES if f.device == "cuda" else f.resid) * n * s.hidden
     if s.family == "bert":
         parts["embedding norm"] = f.resid * n * s.hidden + _ln_stats(f, f.resid)
         parts["pooler and classifier"] = _bert_pooler(f, frozen, pooler)
     else:
-        parts["final norm"] = _final_norm(f, frozen)
+        parts["final norm"] = _final_norm(f, frozen, head)
     rows, width = (f.batch_size, s.num_labels) if s.head == "classifier" else (n, s.vocab)
+    if s.logit_softcap:  # Gemma 2: tanh(logits / cap) keeps its output, in the logits' dtype
+        parts["logit soft-capping"] = f.compute * rows * width
     parts["loss log-probs"] = FP32_BYTES * rows * width + FP32_BYTES  # log_softmax's output in fp32, the loss
     return parts
 
@@ -339,20 +388,22 @@ def _indices(f: Forward, frozen: bool) -> int:
     kept = (INDEX_BYTES if frozen else 2 * INDEX_BYTES) * n  # labels; a trained embedding keeps the ids too
     if s.family == "gpt2":
         kept += INDEX_BYTES * f.seq_len  # position ids
+    if s.family == "neox":  # its loss shifts the labels by padding each sequence with one more
+        kept += INDEX_BYTES * f.batch_size
     if s.family == "gemma":
         kept += FP32_BYTES  # the embedding scale, one scalar
     return kept
 
 
-def _final_norm(f: Forward, frozen: bool) -> int:
-    """The decoder's final norm, and the head's input (nothing of it when the head is frozen)."""
+def _final_norm(f: Forward, frozen: bool, head: Adapters | None) -> int:
+    """The decoder's final norm, and the head's input (a frozen head keeps only what its adapter does)."""
     s, nh = f.shape, f.tokens * f.shape.hidden
     if s.layernorm:  # GPT-2's ln_f keeps its input and statistics
         final, head_in = f.resid * nh + _ln_stats(f, f.resid), f.compute * nh
     else:
         final, head_in = _norm_own(f, frozen), (f.compute if f.autocast else f.resid) * nh
-    if frozen and s.head != "classifier":  # a frozen head keeps nothing of its input
-        head_in = 0
+    if frozen and s.head != "classifier":  # a frozen head keeps nothing of its input, its adapter does
+        head_in = 0 if head is None else _Inputs(f, head).group(s.hidden, f.resid, ("head",))
     return final + head_in
 
 
@@ -370,6 +421,8 @@ def _bert_pooler(f: Forward, frozen: bool, pooler: Adapters | None) -> int:
     else:  # the pooler's dense keeps a view of the last hidden state: its whole storage
         pooled = f.resid * f.tokens * h
     act = (c if f.autocast else f.resid) * b * h  # tanh keeps its output
+    if f.shape.resid_dropout == 0:  # no dropout: the classifier reads tanh's output, already kept
+        return pooled + act
     # the classifier keeps its input, the dropped pooled state, and the dropout mask
     mask = CUDA_MASK_BYTES if f.device == "cuda" else c if f.autocast else f.resid
     return pooled + act + mask * b * h + (c if f.autocast else f.resid) * b * h

@@ -1,10 +1,10 @@
-"""What the estimator estimates: a model's shape and a training job's settings, checked.
+"""What the estimator estimates: a training job's settings, checked, and what it stores.
 
-Private to `helpers.estimate` (taught in notebook 01, memory anatomy), which exports `Shape`,
-`shape_of` and the byte sizes below. A shape comes from a transformers config, a config dict or a
-catalog name (helpers/assets/catalog, through `helpers.catalog`); a `Job` is the settings of
+Private to `helpers.estimate` (taught in notebook 01, memory anatomy), which exports the byte sizes
+below. The model's `Shape` comes from helpers/_families.py; a `Job` is the settings of
 `estimate_training_memory`, checked once, with what follows from them (the compute dtype, autocast,
-the trainable parameters). Pure Python: no torch, no network.
+the trainable parameters), and the steps that need no activations: the stored weights, the loading
+peak, the optimizer's states and its step's temporaries. Pure Python: no torch, no network.
 """
 
 from __future__ import annotations
@@ -12,23 +12,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from helpers.catalog import find
+from helpers._families import Shape, adapter_shapes, lora_parameters
 
 __all__ = [
     "ADAMW_FAMILY",
     "COMPUTE_BYTES",
     "FP32_BYTES",
     "HALF_BYTES",
-    "LINEAR_TARGETS",
     "NF4_SINGLE_QUANT_BYTES",
     "OPTIMIZER_BYTES",
+    "OPTIMIZER_NAMES",
     "PRECISIONS",
     "WEIGHT_BYTES",
     "Job",
-    "Shape",
-    "adapter_shapes",
     "batch_argument",
-    "shape_of",
+    "stored_weights",
+    "optimizer_step",
+    "optimizer_states",
+    "load_peak",
 ]
 
 FP32_BYTES = 4
@@ -63,206 +64,13 @@ OPTIMIZER_BYTES = {
     "adamw_8bit": ADAMW_8BIT_BYTES,
     "paged_adamw_8bit": ADAMW_8BIT_BYTES,
     "sgd": 0,
+    "adafactor": 0,  # factored second moment: by the tensors' shapes (estimate.py), no first moment
 }
-ADAMW_FAMILY = ("adamw", "adamw_foreach", "adamw_hf")
-LINEAR_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
-
-
-@dataclass(frozen=True)
-class Shape:
-    """The architecture facts the estimator needs, read from a config or the catalog."""
-
-    family: str  # "llama" (also Mistral, Qwen2, SmolLM2, TinyLlama), "gemma", "phi3", "gpt2", "bert"
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
-    vocab: int
-    act: str = "silu"
-    tied: bool = False
-    attn_dropout: float = 0.0
-    resid_dropout: float = 0.0  # GPT-2 and BERT drop after attention, after the MLP and after embeddings
-    attn_impl: str = "sdpa"  # "eager", "sdpa" or "flash_attention_2"
-    qkv_bias: bool = False
-    max_positions: int = 0  # learned position table size (GPT-2, BERT); 0 with rotary
-    head: str = "lm"  # "lm": logits over the vocabulary; "classifier": num_labels logits per sequence
-    num_labels: int = 0  # classifier outputs
-    type_vocab: int = 0  # BERT's token-type (segment) embeddings
-    qkv_fused: bool = False  # one fused q/k/v projection (litgpt's GPT; always for Phi-3 and GPT-2)
-
-    @property
-    def gated(self) -> bool:
-        return self.family in ("llama", "gemma", "phi3")
-
-    @property
-    def layernorm(self) -> bool:
-        return self.family in ("gpt2", "bert")
-
-    @property
-    def fused_qkv(self) -> bool:
-        return self.qkv_fused or self.family in ("phi3", "gpt2")
-
-    def linear_shapes(self) -> dict[str, tuple[int, int]]:
-        """(in, out) of each linear in one layer, by LoRA target name."""
-        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        shapes = {"q": (self.hidden, q), "k": (self.hidden, kv), "v": (self.hidden, kv), "o": (q, self.hidden)}
-        shapes.update({"gate": (self.hidden, self.intermediate)} if self.gated else {})
-        shapes.update({"up": (self.hidden, self.intermediate), "down": (self.intermediate, self.hidden)})
-        return shapes
-
-    def parameter_counts(self) -> dict[str, int]:
-        """Parameters by where they live: quantizable linears, embeddings and head, norms and biases."""
-        h, i = self.hidden, self.intermediate
-        linear = self.layers * sum(a * b for a, b in self.linear_shapes().values())
-        embed = self.vocab * h + self.max_positions * h + self.type_vocab * h
-        if self.head == "classifier":  # BERT pools the first token through a dense layer first
-            head = (h * h if self.family == "bert" else 0) + h * self.num_labels
-        else:
-            head = 0 if self.tied else self.vocab * h
-        norm_width = 2 * h if self.layernorm else h  # weight (+ bias)
-        other = (2 * self.layers + 1) * norm_width
-        if self.qkv_bias:
-            other += self.layers * (self.heads + 2 * self.kv_heads) * self.head_dim
-        if self.family == "gpt2":  # every Conv1D has a bias
-            other += self.layers * (3 * h + h + i + h)
-        if self.family == "bert":  # every other linear has a bias too, and so do the pooler and the classifier
-            other += self.layers * (h + i + h) + (h + self.num_labels if self.head == "classifier" else 0)
-        return {"linear": linear, "embeddings": embed, "head": head, "other": other}
-
-    @property
-    def parameters(self) -> int:
-        return sum(self.parameter_counts().values())
-
-
-def shape_of(model) -> Shape:
-    """Read a Shape from a catalog name, a transformers config, or a config dict.
-
-    Example:
-        >>> shape_of("Mistral-7B").kv_heads
-        8
-    """
-    if isinstance(model, Shape):
-        return model
-    if isinstance(model, str):
-        return Shape(**find("models", model, otherwise="Or pass a transformers config.")[1]["shape"])
-    config = model.to_dict() if hasattr(model, "to_dict") else dict(model)
-    impl = getattr(model, "_attn_implementation", None) or config.get("_attn_implementation") or "sdpa"
-    return _shape_from_config(config, impl)
-
-
-def _shape_from_config(c: dict, impl: str) -> Shape:
-    kind = c.get("model_type", "")
-    if kind == "gpt2":
-        return _gpt2_shape(c, impl)
-    if kind == "bert":  # an encoder trained with a classification head (BertForSequenceClassification)
-        return _bert_shape(c, impl)
-    return _decoder_shape(c, impl, kind)
-
-
-def _gpt2_shape(c: dict, impl: str) -> Shape:
-    h = c["n_embd"]
-    return Shape(
-        "gpt2",
-        h,
-        c["n_layer"],
-        c["n_head"],
-        c["n_head"],
-        h // c["n_head"],
-        c.get("n_inner") or 4 * h,
-        c["vocab_size"],
-        act=c.get("activation_function", "gelu_new"),
-        tied=c.get("tie_word_embeddings", True),
-        attn_dropout=c.get("attn_pdrop", 0.1),
-        resid_dropout=c.get("resid_pdrop", 0.1),
-        attn_impl=impl,
-        max_positions=c["n_positions"],
-    )
-
-
-def _bert_shape(c: dict, impl: str) -> Shape:
-    h, heads = c["hidden_size"], c["num_attention_heads"]
-    labels = c.get("num_labels") or len(c.get("id2label") or {}) or 2
-    return Shape(
-        "bert",
-        h,
-        c["num_hidden_layers"],
-        heads,
-        heads,
-        h // heads,
-        c["intermediate_size"],
-        c["vocab_size"],
-        act=c.get("hidden_act", "gelu"),
-        attn_dropout=c.get("attention_probs_dropout_prob", 0.1),
-        resid_dropout=c.get("hidden_dropout_prob", 0.1),
-        attn_impl=impl,
-        qkv_bias=True,
-        max_positions=c["max_position_embeddings"],
-        head="classifier",
-        num_labels=labels,
-        type_vocab=c.get("type_vocab_size", 2),
-    )
-
-
-def _decoder_shape(c: dict, impl: str, kind: str) -> Shape:
-    families = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "gemma": "gemma", "phi3": "phi3"}
-    if kind not in families:
-        raise ValueError(
-            f"The estimator does not know model_type {kind!r} yet; it knows "
-            f"{', '.join(sorted(families) + ['bert', 'gpt2'])}. Pick the closest catalog model instead."
-        )
-    heads = c["num_attention_heads"]
-    return Shape(
-        families[kind],
-        c["hidden_size"],
-        c["num_hidden_layers"],
-        heads,
-        c.get("num_key_value_heads") or heads,
-        c.get("head_dim") or c["hidden_size"] // heads,
-        c["intermediate_size"],
-        c["vocab_size"],
-        act=c.get("hidden_act") or c.get("hidden_activation") or "silu",
-        tied=c.get("tie_word_embeddings", False),
-        attn_dropout=c.get("attention_dropout", 0.0),
-        attn_impl=impl,
-        qkv_bias=kind == "qwen2",
-    )
-
-
-def _lora_targets(shape: Shape, targets) -> tuple[str, ...]:
-    chosen = LINEAR_TARGETS if targets == "all-linear" else tuple(targets)
-    unknown = [t for t in chosen if t not in LINEAR_TARGETS]
-    if unknown:
-        raise ValueError(f"Unknown LoRA targets {unknown}; use names from {LINEAR_TARGETS} or 'all-linear'")
-    return tuple(t for t in chosen if t in shape.linear_shapes())
-
-
-def adapter_shapes(shape: Shape, targets) -> dict[str, tuple[int, int]]:
-    """(in, out) of each adapted module in one layer: fused projections carry one adapter."""
-    linears, chosen = shape.linear_shapes(), set(_lora_targets(shape, targets))
-    adapters = {t: linears[t] for t in chosen}
-    if shape.fused_qkv and chosen & {"q", "k", "v"}:  # GPT-2's c_attn, Phi-3's qkv_proj
-        for t in ("q", "k", "v"):
-            adapters.pop(t, None)
-        adapters["qkv"] = (shape.hidden, linears["q"][1] + 2 * linears["k"][1])
-    if shape.family == "phi3" and chosen & {"gate", "up"}:  # Phi-3's gate_up_proj
-        adapters.pop("gate", None)
-        adapters["up"] = (shape.hidden, 2 * shape.intermediate)
-    return adapters
-
-
-def _lora_parameters(shape: Shape, r: int, targets) -> int:
-    """Trainable parameters of a LoRA run: the adapters, and a classifier head trained in full.
-
-    A classification head is new, so it is trained whole (peft's task_type="SEQ_CLS" puts it in
-    modules_to_save); with "all-linear", peft also adapts BERT's pooler."""
-    count = shape.layers * sum(r * (i + o) for i, o in adapter_shapes(shape, targets).values())
-    if shape.head == "classifier":
-        count += shape.hidden * shape.num_labels + (shape.num_labels if shape.family == "bert" else 0)
-        if shape.family == "bert" and targets == "all-linear":
-            count += r * 2 * shape.hidden
-    return count
+# TrainingArguments' `optim` names for the same optimizers: torch's AdamW (foreach on CUDA), its
+# fused kernel (the Trainer's default from torch 2.8), bitsandbytes' 8-bit AdamW
+OPTIMIZER_NAMES = {"adamw_torch": "adamw_foreach", "adamw_torch_fused": "adamw", "adamw_bnb_8bit": "adamw_8bit"}
+OPTIMIZER_BYTES.update({name: OPTIMIZER_BYTES[kind] for name, kind in OPTIMIZER_NAMES.items()})
+ADAMW_FAMILY = ("adamw", "adamw_foreach", "adamw_hf", "adamw_torch", "adamw_torch_fused")
 
 
 def batch_argument(per_device_batch, batch_size, caller: str) -> tuple[str, int]:
@@ -301,10 +109,16 @@ class Job:
     set_to_none: bool
     quant_keeps_input: bool
     batch_name: str = "per_device_batch"  # how the caller spelled the batch, for the errors
+    fused_loss: bool = False  # a fused (chunked) linear cross-entropy: the logits are never held whole
 
     def __post_init__(self):
         _check_choices(self)
         _check_combination(self)
+
+    @property
+    def optimizer_kind(self) -> str:
+        """The optimizer under TrainingArguments' name for it ("adamw_torch" is "adamw_foreach")."""
+        return OPTIMIZER_NAMES.get(self.optimizer, self.optimizer)
 
     @property
     def true_half(self) -> bool:
@@ -349,7 +163,7 @@ class Job:
         """Trainable parameters: all of them, or the adapters and a classifier head."""
         if self.method == "full":
             return self.shape.parameters
-        return _lora_parameters(self.shape, self.lora_r, self.lora_targets)
+        return lora_parameters(self.shape, self.lora_r, self.lora_targets)
 
 
 def _check_choices(job: Job) -> None:
@@ -393,3 +207,75 @@ def _check_combination(job: Job) -> None:
         raise ValueError(
             f"weights={weights!r} with precision='fp32' would upcast every matmul; use precision={weights!r}"
         )
+
+
+def optimizer_states(job: Job) -> float:
+    """2. the optimizer's states: the AdamW family keeps its moments in the parameter's dtype, 8-bit
+    optimizers in 8 bits whatever it is, Adafactor a row and a column of squared-gradient averages per matrix."""
+    if job.optimizer == "adafactor":
+        return job.param_bytes * sum(_adafactor_state(job))
+    in_param_dtype = job.optimizer in ADAMW_FAMILY + ("sgd",)
+    return OPTIMIZER_BYTES[job.optimizer] * (job.param_bytes / FP32_BYTES if in_param_dtype else 1) * job.trainable
+
+
+def load_peak(job: Job, weights: float) -> float:
+    """0. loading, before the first step. transformers loads one checkpoint tensor at a time, so a
+    16-bit or fp32 model peaks at its own size. With bitsandbytes 4-bit quantization on the fly each
+    linear arrives in 16 bits beside its packed codes and scales (2 + 1/2 + 1/8 + 1/64 bytes per
+    weight, the largest linear last); then peft's k-bit preparation casts the unquantized
+    parameters to fp32 one at a time (the largest, the embedding, in 16 and 32 bits at once).
+    Sources: /tmp/qlora-research.md section 5 (transformers core_model_loading.py, peft other.py)."""
+    if not job.quantized:
+        return weights
+    counts, half = job.shape.parameter_counts(), HALF_BYTES
+    largest = max(a * b for a, b in job.shape.linear_shapes().values())
+    kept = counts["embeddings"] + counts["head"] + counts["other"]
+    quantized = counts["linear"] * job.weight_bytes + half * kept + (2 + 1 / 2 + 1 / 8 + 1 / 64) * largest
+    if job.true_half:  # no k-bit preparation: the unquantized parameters stay in 16 bits
+        return max(quantized, weights)
+    return max(quantized, weights + half * job.shape.vocab * job.shape.hidden)
+
+
+def stored_weights(job: Job) -> float:
+    """1. weights: quantized runs keep embeddings, head and norms in fp32 (peft's k-bit preparation),
+    or in 16 bits when everything is 16-bit (litgpt's bf16-true, torchtune). 2. the adapters (and a
+    new classifier head) are stored beside a frozen base."""
+    counts = job.shape.parameter_counts()
+    if job.quantized:
+        kept = job.compute if job.true_half else FP32_BYTES
+        stored = counts["linear"] * job.weight_bytes + kept * (counts["embeddings"] + counts["head"] + counts["other"])
+    else:
+        stored = job.shape.parameters * job.weight_bytes
+    return stored if job.method == "full" else stored + job.param_bytes * job.trainable
+
+
+def optimizer_step(job: Job) -> float:
+    """4. the optimizer's step: foreach AdamW builds sqrt(exp_avg_sq) for every tensor at once; the
+    per-tensor loop one tensor at a time (the largest trainable tensor bounds it); fused AdamW,
+    8-bit optimizers (in place, block by block) and SGD build nothing."""
+    shape = job.shape
+    if job.optimizer_kind == "adamw_foreach":
+        return job.param_bytes * job.trainable
+    if job.optimizer_kind not in ("adamw_hf", "adafactor"):
+        return 0
+    if job.method == "full":
+        largest = max([a * b for a, b in shape.linear_shapes().values()] + [shape.vocab * shape.hidden])
+    else:
+        largest = max(job.lora_r * max(io) for io in adapter_shapes(shape, job.lora_targets).values())
+    # Adafactor builds grad**2 and then the factored estimate, each the tensor's size
+    return job.param_bytes * largest * (2 if job.optimizer == "adafactor" else 1)
+
+
+def _adafactor_state(job: Job) -> list[int]:
+    """Elements of Adafactor's state for each trainable tensor: rows + columns of a matrix, all of a vector
+    (transformers' Adafactor as the Trainer builds it: no first moment)."""
+    shape = job.shape
+    if job.method != "full":  # the adapters: A (r x in) and B (out x r) in every layer
+        adapters = adapter_shapes(shape, job.lora_targets).values()
+        return [shape.layers * sum(2 * job.lora_r + i + o for i, o in adapters)]
+    counts = shape.parameter_counts()
+    matrices = [shape.layers * sum(i + o for i, o in shape.linear_shapes().values()), shape.vocab + shape.hidden]
+    if counts["head"]:
+        matrices.append(shape.vocab + shape.hidden)
+    matrices += [rows + shape.hidden for rows in (shape.max_positions, shape.type_vocab) if rows]  # position tables
+    return matrices + [counts["other"]]

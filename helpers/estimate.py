@@ -23,20 +23,21 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 from helpers._activations import Adapters, Forward, backward_transient, layer_activations, outside_layers
+from helpers._families import LINEAR_TARGETS, Shape, adapter_shapes, adapts_head, shape_of
 from helpers._job import (
     ADAMW_FAMILY,
     COMPUTE_BYTES,
     FP32_BYTES,
     HALF_BYTES,
-    LINEAR_TARGETS,
     OPTIMIZER_BYTES,
     PRECISIONS,
     WEIGHT_BYTES,
     Job,
-    Shape,
-    adapter_shapes,
     batch_argument,
-    shape_of,
+    load_peak,
+    optimizer_states,
+    optimizer_step,
+    stored_weights,
 )
 from helpers._util import GIB, MIB
 from helpers.catalog import gpu_bytes
@@ -51,6 +52,7 @@ __all__ = [
     "LINEAR_TARGETS",
     "OPTIMIZER_BYTES",
     "PRECISIONS",
+    "SAFETY_MARGIN",
     "WEIGHT_BYTES",
     "Estimate",
     "Shape",
@@ -61,6 +63,11 @@ __all__ = [
 # memory a CUDA process holds that torch.cuda.max_memory_allocated does not show
 CUDA_CONTEXT_BYTES = 400 * MIB  # CUDA context + cuBLAS workspace with lazy module loading
 ALLOCATOR_SLACK = 0.05  # reserved above allocated: the caching allocator's rounding and fragmentation
+# the estimator's known error on a GPU, by method: its worst under-prediction of a published
+# measurement (scripts/bench_estimator.py, docs/estimator-accuracy.md): full -11.0 % (bert-large,
+# fp16, V100), LoRA -11.2 % (litgpt, Llama-3.2-1B), QLoRA -23.3 % (litgpt, Llama-3.2-3B, bitsandbytes
+# 0.42: a gap not yet explained). An estimate this close to the card's limit is "borderline"
+SAFETY_MARGIN = {"full": 0.12, "lora": 0.12, "qlora": 0.25}
 
 
 @dataclass
@@ -88,6 +95,7 @@ class Estimate:
     optimizer_step: int = 0  # temporaries of the optimizer's step (foreach or per-tensor AdamW)
     grads_in_forward: bool = False  # gradients stay allocated during the forward (accumulation, zero_grad to zeros)
     autocast_cache: int = 0  # 16-bit weight copies autocast holds until the forward ends (not saved when checkpointing)
+    load_peak: int = 0  # allocated while the model loads, before the first step (`_load_peak`)
 
     @property
     def allocated(self) -> int:
@@ -102,6 +110,11 @@ class Estimate:
         if self.grads_in_forward:
             return self.weights + self.optimizer + self.gradients + max(forward, self.recompute, self.optimizer_step)
         return self.weights + self.optimizer + max(forward, self.gradients + max(self.recompute, self.optimizer_step))
+
+    @property
+    def load_total(self) -> int:
+        """What the card must hold while the model loads: its peak, the CUDA context and the slack."""
+        return self.load_peak + self.cuda_context + int(ALLOCATOR_SLACK * self.load_peak) * (self.cuda_context > 0)
 
     @property
     def reserved(self) -> int:
@@ -121,8 +134,19 @@ class Estimate:
         return d
 
     def fits(self, gpu) -> bool:
-        """True when the estimate fits `gpu`: a catalog name ("T4"), a GiB figure, or bytes."""
-        return self.total <= gpu_bytes(gpu)
+        """True when the estimate fits `gpu`: a catalog name ("T4"), a GiB figure, or bytes.
+
+        Both moments must fit: the training step (`total`) and the loading (`load_total`). True for
+        a borderline estimate too; `verdict` tells the two apart."""
+        return max(self.total, self.load_total) <= gpu_bytes(gpu)
+
+    def verdict(self, gpu) -> str:
+        """The verdict on `gpu`: "fits", "borderline" (within the estimator's known error for the
+        method, SAFETY_MARGIN, of the card's limit: it may run out) or "does not fit"."""
+        card, peak = gpu_bytes(gpu), max(self.total, self.load_total)
+        if peak > card:
+            return "does not fit"
+        return "fits" if peak * (1 + SAFETY_MARGIN[self.settings["method"]]) <= card else "borderline"
 
     def table(self) -> str:
         rows = [
@@ -138,8 +162,9 @@ class Estimate:
             ("CUDA context", self.cuda_context),
             ("allocator slack", self.allocator_slack),
             ("total", self.total),
+            ("loading (total, before training)", self.load_total),
         ]
-        return "\n".join(f"{name:26} {b / GIB:8.2f} GiB" for name, b in rows)
+        return "\n".join(f"{name:32} {b / GIB:8.2f} GiB" for name, b in rows)
 
 
 def estimate_training_memory(
@@ -163,11 +188,15 @@ def estimate_training_memory(
     set_to_none: bool = True,
     quant_keeps_input: bool = False,
     cuda_context_bytes: int | None = None,
+    fused_loss: bool = False,
 ) -> Estimate:
     """Estimate the memory of one training step, in bytes, before anything is loaded.
 
     Args:
-        model: a catalog name ("Mistral-7B"), a transformers config, or a config dict.
+        model: a catalog name ("Mistral-7B", "Qwen3-0.6B"), a path to a config.json or its folder,
+            a Hub id ("Qwen/Qwen3-14B": only its config.json is fetched, when the Hub answers), a
+            transformers config, or a config dict. Families: Llama, Mistral, Qwen2/3, Gemma 1/2/3,
+            Phi-3, GPT-NeoX, GPT-2, BERT.
         per_device_batch, seq_len: the micro-batch on one device (tokens = per_device_batch x
             seq_len). `batch_size` is the older name of per_device_batch: pass one of the two.
         precision: compute precision: "fp32", "bf16" or "fp16" (mixed precision via autocast), or
@@ -175,10 +204,13 @@ def estimate_training_memory(
         weights: how the weights are stored: "fp32" (default for full fine-tuning: the fp32
             master weights of mixed precision), "bf16"/"fp16" (pure half), "int8" or "nf4".
         method: "full", "lora" (frozen base + adapters) or "qlora" (nf4 base + adapters).
-        lora_r, lora_targets: adapter rank and targets ("all-linear" or names from LINEAR_TARGETS).
+        lora_r, lora_targets: adapter rank and targets: "all-linear", peft's module names
+            (["q_proj", "v_proj"], "qkv_proj", "query_key_value", "lm_head" for the head too) or
+            the estimator's (LINEAR_TARGETS).
         optimizer: "adamw" (fused, the Trainer's default), "adamw_foreach" (torch.optim.AdamW's
             default: one state-sized temporary during the step), "adamw_hf" (one tensor at a time:
-            transformers' old AdamW), "adamw_8bit", "paged_adamw_8bit" or "sgd".
+            transformers' old AdamW), "adamw_8bit", "paged_adamw_8bit", "adafactor", "sgd", or
+            TrainingArguments' names "adamw_torch", "adamw_torch_fused", "adamw_bnb_8bit".
         checkpointing: gradient checkpointing (non-reentrant) on every layer.
         device: "cuda" (default) or "cpu": dropout masks and the attention kernel differ.
         attn_impl: override the config's attention implementation ("eager", "sdpa").
@@ -193,10 +225,14 @@ def estimate_training_memory(
             releases of 2023); current releases keep only the packed weight.
         cuda_context_bytes: the CUDA context (and library kernels) outside the allocator;
             default CUDA_CONTEXT_BYTES. Pass a measured figure when you have one.
+        fused_loss: a fused or chunked linear cross-entropy (Liger's, unsloth's, torchtune's
+            chunked loss with the head inside it): the logits and their fp32 log-probabilities are
+            never held for the whole sequence; the gradient of the head's input is kept instead.
 
     Returns:
         an Estimate: weights, gradients, optimizer, activations, logits, recompute, cuda_context,
-        allocator_slack in bytes, and `allocated` / `reserved` / `total` / `fits(gpu)`.
+        allocator_slack, load_peak in bytes, and `allocated` / `reserved` / `total` / `load_total`,
+        `fits(gpu)` and `verdict(gpu)` ("fits", "borderline" or "does not fit").
 
     Example:
         >>> e = estimate_training_memory("Mistral-7B", per_device_batch=1, seq_len=512, method="qlora",
@@ -224,6 +260,7 @@ def estimate_training_memory(
         set_to_none,
         quant_keeps_input,
         batch_name,
+        fused_loss,
     )
     e = _estimate(job)
     if device == "cuda":
@@ -237,12 +274,11 @@ def _estimate(job: Job) -> Estimate:
     shape, f, trainable = job.shape, _forward(job), job.trainable
     parts, layer = _saved_for_backward(job, f)  # 3.
     # the AdamW family keeps its moments in the parameter's dtype; 8-bit optimizers in 8 bits whatever it is
-    in_param_dtype = job.optimizer in ADAMW_FAMILY + ("sgd",)
-    optimizer = OPTIMIZER_BYTES[job.optimizer] * (job.param_bytes / FP32_BYTES if in_param_dtype else 1)
+    weights = stored_weights(job)
     return Estimate(
-        weights=int(_stored_weights(job)),  # 1.
+        weights=int(weights),  # 1.
         gradients=int(job.param_bytes * trainable),  # 2. in the trainable parameters' dtype
-        optimizer=int(optimizer * trainable),
+        optimizer=int(optimizer_states(job)),
         activations=int(sum(parts.values())),
         logits=int(_logits(job)),
         recompute=int(sum(layer.values())) if job.checkpointing else 0,
@@ -263,10 +299,13 @@ def _estimate(job: Job) -> Estimate:
             attn_impl=shape.attn_impl,
             grad_accum_steps=job.grad_accum_steps,
             set_to_none=job.set_to_none,
+            lora_targets=job.lora_targets,
+            lora_dropout=job.lora_dropout,
+            fused_loss=job.fused_loss,
         ),
         activation_parts={k: int(v) for k, v in parts.items()},
         backward_transient=int(backward_transient(f, job.quantized)),
-        optimizer_step=int(_optimizer_step(job)),  # 4.
+        optimizer_step=int(optimizer_step(job)),  # 4.
         grads_in_forward=job.grad_accum_steps > 1 or not job.set_to_none,
         # autocast caches the 16-bit copy of every trainable fp32 weight until the forward's autocast
         # region ends; without checkpointing the copies are saved anyway (the "weight casts" lines)
@@ -275,24 +314,12 @@ def _estimate(job: Job) -> Estimate:
             if job.autocast and job.checkpointing and job.method == "full"
             else 0
         ),
+        load_peak=int(load_peak(job, weights)),
     )
 
 
 def _forward(job: Job) -> Forward:
-    return Forward(job.shape, job.batch, job.seq_len, job.compute, job.autocast, job.device)
-
-
-def _stored_weights(job: Job) -> float:
-    """1. weights: quantized runs keep embeddings, head and norms in fp32 (peft's k-bit preparation),
-    or in 16 bits when everything is 16-bit (litgpt's bf16-true, torchtune). 2. the adapters (and a
-    new classifier head) are stored beside a frozen base."""
-    counts = job.shape.parameter_counts()
-    if job.quantized:
-        kept = job.compute if job.true_half else FP32_BYTES
-        stored = counts["linear"] * job.weight_bytes + kept * (counts["embeddings"] + counts["head"] + counts["other"])
-    else:
-        stored = job.shape.parameters * job.weight_bytes
-    return stored if job.method == "full" else stored + job.param_bytes * job.trainable
+    return Forward(job.shape, job.batch, job.seq_len, job.compute, job.autocast, job.device, job.quantized)
 
 
 def _saved_for_backward(job: Job, f: Forward) -> tuple[dict[str, int], dict[str, int]]:
@@ -317,15 +344,23 @@ def _saved_for_backward(job: Job, f: Forward) -> tuple[dict[str, int], dict[str,
     pooler = None  # with "all-linear", peft adapts BERT's pooler too
     if adapters is not None and shape.family == "bert" and job.lora_targets == "all-linear":
         pooler = replace(adapters, targets=frozenset({"pooler"}))
-    parts.update(outside_layers(f, checkpointing=job.checkpointing, frozen=adapters is not None, pooler=pooler))
+    head = None  # LoRA on the LM head (peft's "lm_head" target)
+    if adapters is not None and shape.head == "lm" and adapts_head(job.lora_targets):
+        head = replace(adapters, targets=frozenset({"head"}))
+    parts.update(
+        outside_layers(f, checkpointing=job.checkpointing, frozen=adapters is not None, pooler=pooler, head=head)
+    )
     if not job.first_grad:  # the embeddings' dropout and BERT's embedding norm act on a tensor without grad
         parts.pop("embedding dropout", None)
         parts.pop("embedding norm", None)
-    parts.update(_weight_casts(job, pooler is not None))
+    parts.update(_weight_casts(job, pooler is not None, head is not None))
+    if job.fused_loss and shape.head == "lm":  # no log-probs: the loss's gradient for the head's input instead
+        del parts["loss log-probs"]
+        parts["fused loss (input gradient)"] = job.compute * job.batch * job.seq_len * shape.hidden
     return parts, layer
 
 
-def _weight_casts(job: Job, adapted_pooler: bool) -> dict[str, int]:
+def _weight_casts(job: Job, adapted_pooler: bool, adapted_head: bool) -> dict[str, int]:
     """Under autocast each linear's weight is cast to the compute dtype and kept: a linear needs its
     weight for its input's gradient, frozen or not (a 4-bit base is dequantized, not kept)."""
     shape, counts, parts = job.shape, job.shape.parameter_counts(), {}
@@ -334,11 +369,16 @@ def _weight_casts(job: Job, adapted_pooler: bool) -> dict[str, int]:
     if not job.checkpointing:
         cast = (0 if job.quantized else counts["linear"]) + (job.trainable if job.method != "full" else 0)
         if not job.first_grad and not job.quantized:  # the first layer's q, k, v need no input gradient: no weight kept
-            cast -= sum(a * b for t, (a, b) in shape.linear_shapes().items() if t in ("q", "k", "v"))
+            free = ("q", "k", "v") + (("gate", "up") if shape.parallel_residual else ())  # nor a parallel MLP's
+            if shape.parallel_residual and not set(adapter_shapes(shape, job.lora_targets)) & {"gate", "up"}:
+                free += ("down",)
+            cast -= sum(a * b for t, (a, b) in shape.linear_shapes().items() if t in free)
         parts["weight casts"] = job.compute * cast
     head = counts["head"] if shape.head == "classifier" else shape.vocab * shape.hidden  # tied or not
     if adapted_pooler and job.checkpointing:  # the pooler's adapter lies outside the checkpointed layers
         head += 2 * job.lora_r * shape.hidden
+    if adapted_head and job.checkpointing:  # so does the LM head's
+        head += job.lora_r * (shape.hidden + shape.vocab)
     parts["weight casts (head)"] = job.compute * head
     return parts
 
@@ -346,23 +386,11 @@ def _weight_casts(job: Job, adapted_pooler: bool) -> dict[str, int]:
 def _logits(job: Job) -> int:
     """The logits at the end of the forward and the fp32 upcast that the loss reads (not saved)."""
     shape, n = job.shape, job.batch * job.seq_len
+    if job.fused_loss and shape.head == "lm":  # one chunk of logits at a time: negligible beside the rest
+        return 0
     if shape.head == "classifier":
         rows = job.batch if shape.family == "bert" else n
         return rows * shape.num_labels * (job.compute + FP32_BYTES)
-    return n * shape.vocab * (job.compute + FP32_BYTES)
-
-
-def _optimizer_step(job: Job) -> float:
-    """4. the optimizer's step: foreach AdamW builds sqrt(exp_avg_sq) for every tensor at once; the
-    per-tensor loop one tensor at a time (the largest trainable tensor bounds it); fused AdamW,
-    8-bit optimizers (in place, block by block) and SGD build nothing."""
-    shape = job.shape
-    if job.optimizer == "adamw_foreach":
-        return job.param_bytes * job.trainable
-    if job.optimizer != "adamw_hf":
-        return 0
-    if job.method == "full":
-        largest = max([a * b for a, b in shape.linear_shapes().values()] + [shape.vocab * shape.hidden])
-    else:
-        largest = max(job.lora_r * max(io) for io in adapter_shapes(shape, job.lora_targets).values())
-    return job.param_bytes * largest
+    # the logits and their fp32 upcast at the end of the forward; at the start of the backward the
+    # loss's fp32 gradient and log_softmax's fp32 input gradient, beside the saved log-probs
+    return n * shape.vocab * max(job.compute + FP32_BYTES, 2 * FP32_BYTES)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from helpers._job import batch_argument
 from helpers._util import GIB
 from helpers.catalog import card_capability, describe_card, gpu_bytes
-from helpers.estimate import ADAMW_FAMILY, Estimate, estimate_training_memory
+from helpers.estimate import ADAMW_FAMILY, SAFETY_MARGIN, Estimate, estimate_training_memory, shape_of
 
 __all__ = ["PlanStep", "format_plan", "plan"]
 
@@ -24,7 +24,8 @@ class PlanStep:
     technique: str
     why: str
     estimate: Estimate
-    fits: bool
+    fits: bool  # fits with the estimator's safety margin to spare (a borderline step does not)
+    verdict: str = ""  # "fits", "borderline" or "does not fit" (`Estimate.verdict`)
 
 
 def plan(
@@ -37,10 +38,12 @@ def plan(
     gradient accumulation (same effective batch, slower steps; skipped when the gradients, alive
     during the next micro-batch, outweigh the activations it saves), an 8-bit optimizer, LoRA,
     then QLoRA (both change what is trained). Each is kept once applied; the plan stops at the
-    first estimate that fits. The first step is the job as asked.
+    first estimate that fits with the estimator's known error to spare (SAFETY_MARGIN): a
+    borderline step is shown as such and the plan goes on. The first step is the job as asked.
 
     Args:
-        model: what `estimate_training_memory` takes: a catalog name, a transformers config or a dict.
+        model: what `estimate_training_memory` takes: a catalog name, a path to a config.json, a Hub id,
+            a transformers config or a dict (read once).
         gpu: a catalog card ("T4"), its memory in GiB as a float, or bytes as an int.
         per_device_batch, seq_len: the micro-batch on one device (`batch_size` is its older name).
         settings: any other setting of `estimate_training_memory` (precision defaults to the
@@ -51,6 +54,7 @@ def plan(
         >>> [s.technique for s in steps][-1], steps[-1].fits
         ('QLoRA', True)
     """
+    model = shape_of(model)  # a config.json or a Hub id is read once, not at every step
     card, capability = gpu_bytes(gpu), card_capability(gpu)
     half = "bf16" if capability is None or capability >= (8, 0) else "fp16"
     current = dict(settings, per_device_batch=batch_argument(per_device_batch, batch_size, "plan")[1], seq_len=seq_len)
@@ -60,7 +64,8 @@ def plan(
     def step(technique: str, why: str, **change) -> bool:
         current.update(change)
         e = estimate_training_memory(model, **current)
-        steps.append(PlanStep(technique, why, e, e.total <= card))
+        verdict = e.verdict(card)
+        steps.append(PlanStep(technique, why, e, verdict == "fits", verdict))
         return steps[-1].fits
 
     if step("as asked", "the job with the settings given"):
@@ -129,9 +134,16 @@ def _accumulate(model, current: dict, steps: list[PlanStep], step) -> bool:
 def format_plan(steps: list[PlanStep], gpu) -> str:
     """The plan as plain text: one line per step with the predicted total against the card."""
     lines = [f"card: {describe_card(gpu)}", f"{'step':24} {'predicted total':>16}  fits"]
+    shown = {"fits": "yes", "borderline": "borderline", "does not fit": "no"}
     for s in steps:
-        lines.append(f"{s.technique:24} {s.estimate.total / GIB:12.2f} GiB  {'yes' if s.fits else 'no ':3}  {s.why}")
-    if not steps[-1].fits:
+        lines.append(f"{s.technique:24} {s.estimate.total / GIB:12.2f} GiB  {shown[s.verdict]:10}  {s.why}")
+    if steps[-1].verdict == "borderline":
+        lines.append(
+            f"Borderline: the last step is within {SAFETY_MARGIN[steps[-1].estimate.settings['method']]:.0%} "
+            "of the card, the estimator's known error; "
+            "it may run out of memory. Shorten seq_len or the batch to be sure."
+        )
+    elif not steps[-1].fits:
         lines.append(
             f"Nothing fits: even the last step needs {steps[-1].estimate.total / GIB:.1f} GiB. "
             "Use a shorter seq_len, a smaller model, or a bigger card (A100-40GB, A100-80GB)."

@@ -60,10 +60,13 @@ def load_qlora(
 
     Args:
         model_id: a Hub id ("Qwen/Qwen2.5-0.5B"), a local folder, or "embedded".
-        r: LoRA rank, the inner size of each adapter's two matrices (16 is the QLoRA default).
-        alpha: LoRA scale numerator; the update is scaled by alpha / r (32 / 16 = 2).
-        dropout: dropout on the adapter's input (0.05, as the QLoRA paper uses for models up to
-            13B; 0.0 to compare gradients exactly).
+        r: LoRA rank, the inner size of each adapter's two matrices (16, a common start; the
+            QLoRA paper used 64).
+        alpha: LoRA scale numerator; the update is scaled by alpha / r (32 / 16 = 2; the paper's
+            16 / 64 = 0.25).
+        dropout: dropout on the adapter's input (0.05 here; the QLoRA paper used 0.1 for models
+            up to 13B and 0.05 for 33B and 65B, Dettmers et al. 2023, arXiv:2305.14314,
+            appendix B; 0.0 to compare gradients exactly).
         target_modules: "all-linear" (every linear but the head, as in the QLoRA paper) or
             names such as ["q_proj", "v_proj"].
         checkpointing: recompute each layer's activations in backward instead of keeping them.

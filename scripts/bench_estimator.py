@@ -42,6 +42,13 @@ SOURCES = {
         "'Max GPU RAM' is litgpt's torch.cuda.max_memory_allocated() / 1e9. "
         "github.com/Lightning-AI/litgpt/blob/4839345a97a0a90bc5f2361664b04d665c9a0e89/tutorials/resource-tables.md"
     ),
+    "litgpt-hub": (
+        "litgpt config_hub/finetune/README.md at Lightning-AI/litgpt@00af8b0d (2024-09-27; QLoRA rows "
+        "re-measured in e5493986), settings from config_hub/finetune/<model>/{lora,qlora}.yaml at that commit; "
+        "A10G 24 GB, bitsandbytes 0.42.0, bf16-true, Alpaca2k max_seq_length 512, no checkpointing; "
+        "'Peak memory' is torch.cuda.max_memory_allocated()/1e9 printed after fit (litgpt/finetune/lora.py), "
+        "whole run. Read for issue 13 (/tmp/qlora-research.md section 6b)"
+    ),
     "torchtune": (
         "torchtune README (pre-release, early 2024, PyTorch 2.2) 'Finetuning resource requirements': "
         "Llama2-7B QLoRA, config llama2/7B_qlora_single_device, torch.cuda.max_memory_reserved() / 1e9, "
@@ -156,6 +163,26 @@ CASES = [
         "float32",
     ),
     Case(
+        "bert-large b4 Adafactor",
+        "HF-V100",
+        12295,
+        "MiB",
+        "total",
+        "bert-large",
+        dict(BERT, batch_size=4, precision="fp32", optimizer="adafactor"),
+        "float32",
+    ),
+    Case(
+        "bert-large b1 x4 + ckpt + fp16 + Adafactor",
+        "HF-V100",
+        4847,
+        "MiB",
+        "total",
+        "bert-large",
+        dict(BERT, batch_size=1, grad_accum_steps=4, checkpointing=True, precision="fp16", optimizer="adafactor"),
+        "float16",
+    ),
+    Case(
         "bert-large b1 x4 + ckpt + fp16 + 8-bit Adam",
         "HF-V100",
         5363,
@@ -215,7 +242,93 @@ CASES = [
         TORCHTUNE,
         "int4",
         note="a process-lifetime peak: torchtune's own log shows 9.13 GB reserved right after model "
-        "init, before any training step (4-bit quantization transients); we model the step",
+        "init, before any training step: the caching allocator keeps its 4-bit quantization transients "
+        "reserved; the estimator models allocated bytes at loading and at the step, not that; out of the median",
+        in_median=False,
+    ),
+]
+# litgpt's config hub (A10G 24 GB, Sept 2024): LoRA and QLoRA side by side, same harness and data
+# (Alpaca2k, sequences padded to 512 tokens), bf16-true, no checkpointing, LoRA dropout 0.05; QLoRA
+# with bnb.nf4 (no double quantization) through bitsandbytes 0.42 (each 4-bit layer keeps its
+# input). The figure is max_memory_allocated over the whole run (loading included, no reset). Not
+# modeled, so expect the estimate a little off: litgpt quantizes the LM head too and dequantizes it
+# in fp16 then bf16 (~0.5 GB transient on a 7B), runs the loss in bf16 on 128-token chunks, and its
+# QLoRA optimizer is bitsandbytes' paged 32-bit AdamW (large states outside max_memory_allocated).
+HUB = dict(seq_len=512, precision="bf16-true", lora_dropout=0.05, optimizer="adamw_foreach")
+HUB_QLORA = dict(HUB, method="qlora", double_quant=False, quant_keeps_input=True)
+HUB_QV = dict(lora_targets=["q", "v"], lora_r=32)
+HUB_ALL = ["q", "k", "v", "o", "gate", "up", "down", "lm_head"]
+
+
+def _litgpt(name: str):
+    """litgpt's GPT: one fused q/k/v projection for every model."""
+    return replace(shape_of(name), qkv_fused=True)
+
+
+def _hub(name: str, model: str, measured: float, settings: dict, dtype: str) -> Case:
+    return Case(name, "litgpt-hub", measured, "GB", "peak_allocated", _litgpt(model), settings, dtype)
+
+
+CASES += [
+    _hub(
+        "Llama-2-7B LoRA r32 q,v mb2", "Llama-2-7B", 19.77, dict(HUB, **HUB_QV, batch_size=2, method="lora"), "float16"
+    ),
+    _hub("Llama-2-7B QLoRA r32 q,v mb2", "Llama-2-7B", 13.68, dict(HUB_QLORA, **HUB_QV, batch_size=2), "int4"),
+    _hub(
+        "Mistral-7B LoRA r32 q,v mb2", "Mistral-7B", 20.66, dict(HUB, **HUB_QV, batch_size=2, method="lora"), "float16"
+    ),
+    _hub("Mistral-7B QLoRA r32 q,v mb2", "Mistral-7B", 14.29, dict(HUB_QLORA, **HUB_QV, batch_size=2), "int4"),
+    _hub(
+        "Llama-3.1-8B LoRA r32 q,v mb1",
+        "Llama-3.1-8B",
+        19.73,
+        dict(HUB, **HUB_QV, batch_size=1, method="lora"),
+        "float16",
+    ),
+    _hub("Llama-3.1-8B QLoRA r32 q,v mb2", "Llama-3.1-8B", 17.41, dict(HUB_QLORA, **HUB_QV, batch_size=2), "int4"),
+    _hub(
+        "Llama-3.2-1B LoRA r32 q,v mb1",
+        "Llama-3.2-1B",
+        4.49,
+        dict(HUB, **HUB_QV, batch_size=1, method="lora"),
+        "float16",
+    ),
+    _hub("Llama-3.2-1B QLoRA r32 q,v mb2", "Llama-3.2-1B", 5.53, dict(HUB_QLORA, **HUB_QV, batch_size=2), "int4"),
+    _hub(
+        "Llama-3.2-3B LoRA r32 q,v mb1",
+        "Llama-3.2-3B",
+        9.67,
+        dict(HUB, **HUB_QV, batch_size=1, method="lora"),
+        "float16",
+    ),
+    _hub("Llama-3.2-3B QLoRA r32 q,v mb2", "Llama-3.2-3B", 10.30, dict(HUB_QLORA, **HUB_QV, batch_size=2), "int4"),
+    _hub(
+        "TinyLlama LoRA r32 all+head mb8",
+        "TinyLlama-1.1B",
+        13.50,
+        dict(HUB, lora_targets=HUB_ALL, lora_r=32, batch_size=8, method="lora"),
+        "float16",
+    ),
+    _hub(
+        "TinyLlama QLoRA r32 all+head mb8",
+        "TinyLlama-1.1B",
+        16.24,
+        dict(HUB_QLORA, lora_targets=HUB_ALL, lora_r=32, batch_size=8),
+        "int4",
+    ),
+    _hub(
+        "Phi-3-mini LoRA r8 all+head mb4",
+        "Phi-3-mini",
+        19.75,
+        dict(HUB, lora_targets=HUB_ALL, lora_r=8, batch_size=4, method="lora"),
+        "float16",
+    ),
+    _hub(
+        "Phi-3-mini QLoRA r8 all+head mb4",
+        "Phi-3-mini",
+        19.13,
+        dict(HUB_QLORA, lora_targets=HUB_ALL, lora_r=8, batch_size=4),
+        "int4",
     ),
 ]
 # published out-of-memory runs: the estimate must exceed the card
@@ -262,7 +375,10 @@ def evaluate(cases=None) -> list[Case]:
 
 def ours(case: Case) -> float:
     """The estimate in the quantity and unit the source measured."""
-    value = getattr(case.estimate, case.quantity)
+    if case.quantity == "peak_allocated":  # the whole run: the step or the loading, whichever is higher
+        value = max(case.estimate.allocated, case.estimate.load_peak)
+    else:
+        value = getattr(case.estimate, case.quantity)
     return value / (MIB if case.unit == "MiB" else GB)
 
 
@@ -281,6 +397,18 @@ def medians(cases: list[Case]) -> tuple[float, float]:
         statistics.median(abs(error(ours(c), c.measured)) for c in used),
         statistics.median(abs(error(accelerate(c), c.measured)) for c in used),
     )
+
+
+def by_method(cases: list[Case]) -> dict[str, tuple[float, float, int]]:
+    """Per method: median absolute error, the worst signed error, and the count, over the cases in the median."""
+    found = {}
+    for method in ("full", "lora", "qlora"):
+        errors = [
+            error(ours(c), c.measured) for c in cases if c.in_median and c.settings.get("method", "full") == method
+        ]
+        if errors:
+            found[method] = (statistics.median(map(abs, errors)), max(errors, key=abs), len(errors))
+    return found
 
 
 def _fmt(value: float, unit: str) -> str:
@@ -312,9 +440,188 @@ def table(cases: list[Case], markdown: bool = False) -> str:
     return "\n".join([fmt.format(*head), fmt.format(*("-" * w for w in widths))] + [fmt.format(*r) for r in rows])
 
 
+# --- the CPU grid: the estimator against the bytes autograd saves, measured ---------------------
+# A tiny random model of every family, built with the real transformers class (no download), in
+# every setting the estimator takes; activations measured with saved-tensor hooks
+# (helpers.saved_tensors.track_saved_tensors). Needs torch, transformers, peft, bitsandbytes.
+TINY = dict(vocab_size=512, hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4)
+CPU_FAMILIES = {  # model_type -> what its tiny config changes
+    "llama": dict(num_key_value_heads=2),
+    "mistral": dict(num_key_value_heads=2),
+    "qwen2": dict(num_key_value_heads=2),
+    "qwen3": dict(num_key_value_heads=2, head_dim=16),
+    "gemma": dict(num_key_value_heads=2, head_dim=16),
+    "gemma2": dict(num_key_value_heads=2, head_dim=16),
+    "gemma3_text": dict(num_key_value_heads=2, head_dim=16),
+    "phi3": dict(num_key_value_heads=4, pad_token_id=0),  # Phi-3-mini: as many key/value heads as query heads
+    "gpt_neox": {},
+    "gpt2": dict(n_embd=64, n_layer=2, n_head=4, n_positions=256),
+    "bert": dict(max_position_embeddings=256),
+}
+# where each family applies dropout (its config's names); "on" sets them all to 0.1
+DROPOUT_KEYS = {
+    "gpt2": ("attn_pdrop", "resid_pdrop", "embd_pdrop"),
+    "bert": ("attention_probs_dropout_prob", "hidden_dropout_prob"),
+    "phi3": ("attention_dropout", "resid_pdrop", "embd_pdrop"),
+    "gpt_neox": ("attention_dropout", "hidden_dropout"),
+}
+QV_NAMES = {"phi3": ["qkv_proj"], "gpt_neox": ["query_key_value"], "gpt2": ["c_attn"], "bert": ["query", "value"]}
+# precision mode -> (the model's dtype, autocast, estimator precision for full, for LoRA, LoRA's weights)
+MODES = {
+    "fp32": ("float32", False, "fp32", "fp32", "fp32"),
+    "bf16 autocast": ("float32", True, "bf16", "bf16", "fp32"),
+    "pure bf16": ("bfloat16", False, "bf16-true", "bf16", "bf16"),
+}
+CPU_SIZES = ((1, 32), (2, 64))  # (per_device_batch, seq_len)
+
+
+def tiny_config(kind: str, dropout: bool):
+    from transformers import AutoConfig
+
+    values = dict(CPU_FAMILIES[kind]) if kind == "gpt2" else dict(TINY, **CPU_FAMILIES[kind])
+    values.update({k: 0.1 if dropout else 0.0 for k in DROPOUT_KEYS.get(kind, ("attention_dropout",))})
+    return AutoConfig.for_model(kind, **values)
+
+
+def _build(kind: str, impl: str, dtype: str, dropout: bool, method: str, checkpointing: bool, tmp: Path):
+    """The model to train (a peft model for LoRA and QLoRA), and the transformers model under it."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = tiny_config(kind, dropout)
+    cls = BertForSequenceClassification if kind == "bert" else AutoModelForCausalLM
+    build = cls._from_config if kind == "bert" else cls.from_config
+    model = build(config, attn_implementation=impl).to(getattr(torch, dtype))
+    if method == "full":
+        return model.train(), model
+    targets = "all-linear" if dropout else QV_NAMES.get(kind, ["q_proj", "v_proj"])
+    if method == "qlora":  # the course's recipe: nf4 with double quantization, peft's k-bit preparation
+        from transformers import BitsAndBytesConfig
+
+        from helpers.qlora import _add_adapter, disable_cpu_repacking
+
+        model.save_pretrained(tmp / kind)
+        # the course's recipe: loaded in the compute dtype, fp32 on CPU; bf16 for autocast, as on a card
+        compute = getattr(torch, dtype)
+        nf4 = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=compute
+        )
+        base = cls.from_pretrained(tmp / kind, quantization_config=nf4, dtype=compute, attn_implementation=impl)
+        disable_cpu_repacking(base)
+        trained = _add_adapter(
+            base, r=8, alpha=16, dropout=0.1 * dropout, target_modules=targets, checkpointing=checkpointing
+        )
+        return trained.train(), base
+    adapter = LoraConfig(
+        r=8,
+        target_modules=targets,
+        lora_dropout=0.1 * dropout,
+        fan_in_fan_out=kind == "gpt2",
+        task_type="SEQ_CLS" if kind == "bert" else None,
+    )
+    return get_peft_model(model, adapter).train(), model
+
+
+def _measure(trained, model, batch: int, seq_len: int, autocast: bool, checkpointing: bool | None) -> int:
+    """Bytes saved for backward by one forward (checkpointing None: as the model was built)."""
+    import torch
+
+    from helpers.saved_tensors import track_saved_tensors
+
+    if checkpointing:
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    elif checkpointing is not None:
+        model.activation_checkpointing_disable()
+        if hasattr(model, "_require_grads_hook"):  # checkpointing made the inputs require grad; undo it
+            model.disable_input_require_grads()
+    ids = torch.randint(3, model.config.vocab_size, (batch, seq_len))
+    labels = torch.randint(0, 2, (batch,)) if model.config.model_type == "bert" else ids
+    with track_saved_tensors(trained) as saved, torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        loss = trained(input_ids=ids, labels=labels).loss
+    loss.backward()  # frees the graph
+    trained.zero_grad(set_to_none=True)
+    return saved.bytes
+
+
+def cpu_grid(kinds=None, impls=("eager", "sdpa"), modes=None, methods=("full", "lora", "qlora"), sizes=CPU_SIZES):
+    """Rows (settings, measured bytes, predicted bytes) over every family and setting asked for."""
+    import itertools
+    import tempfile
+    import warnings
+
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()  # no progress bars or notices for 200 tiny models
+    logging.disable_progress_bar()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # transformers' and peft's deprecation notices, not ours
+        for kind, impl, dropout, method, mode in itertools.product(
+            kinds or CPU_FAMILIES, impls, (False, True), methods, modes or MODES
+        ):
+            dtype, autocast, full, lora, weights = MODES[mode]
+            if (kind == "gemma2" and impl == "sdpa") or (
+                method == "qlora" and (mode == "pure bf16" or kind in ("gpt2", "bert"))
+            ):
+                continue  # Gemma 2 has no sdpa path; QLoRA: peft's k-bit preparation keeps fp32 norms, on decoders
+            if method == "qlora":  # the 4-bit base computes in bf16 under autocast
+                dtype = "bfloat16" if autocast else "float32"
+            built = None
+            for checkpointing in (False, True):
+                if built is None or method == "qlora":  # peft's k-bit preparation sets checkpointing itself
+                    built = _build(kind, impl, dtype, dropout, method, checkpointing, Path(tmp))
+                trained, model = built
+                for batch, seq_len in sizes:
+                    measured = _measure(
+                        trained, model, batch, seq_len, autocast, None if method == "qlora" else checkpointing
+                    )
+                    predicted = estimate_training_memory(
+                        model.config,
+                        per_device_batch=batch,
+                        seq_len=seq_len,
+                        checkpointing=checkpointing,
+                        precision=full if method == "full" else lora,
+                        weights=None if method != "lora" else weights,
+                        method=method,
+                        lora_r=8,
+                        lora_targets="all-linear" if dropout else QV_NAMES.get(kind, ["q_proj", "v_proj"]),
+                        lora_dropout=0.1 if dropout and method != "full" else 0.0,
+                        device="cpu",
+                    ).activations
+                    settings = (
+                        kind,
+                        impl,
+                        "dropout" if dropout else "-",
+                        method,
+                        mode,
+                        "ckpt" if checkpointing else "-",
+                    )
+                    rows.append((settings + (batch, seq_len), measured, predicted))
+    return rows
+
+
+def print_grid(rows) -> None:
+    """Median and worst error of the CPU grid, overall and by family and method."""
+    errors = [(r[0], error(r[2], r[1])) for r in rows]
+    print(f"\nCPU grid: {len(rows)} configurations, activations against saved-tensor bytes")
+    for label, index in (("family", 0), ("method", 3)):
+        for key in dict.fromkeys(s[index] for s, _ in errors):
+            mine = [abs(e) for s, e in errors if s[index] == key]
+            median, most = 100 * statistics.median(mine), 100 * max(mine)
+            print(f"  {label} {key:12} n={len(mine):3}  median {median:.2f}%  worst {most:.2f}%")
+    worst = max(errors, key=lambda r: abs(r[1]))
+    print(
+        f"  all: median {100 * statistics.median(abs(e) for _, e in errors):.2f}%, worst {100 * abs(worst[1]):.2f}% "
+        f"({' '.join(map(str, worst[0]))})"
+    )
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--markdown", action="store_true", help="print the table as markdown (for the doc)")
+    parser.add_argument("--cpu", action="store_true", help="also the CPU grid against saved-tensor bytes (minutes)")
     args = parser.parse_args(argv)
     cases = evaluate()
     print(table(cases, markdown=args.markdown))
@@ -323,6 +630,8 @@ def main(argv=None) -> int:
         f"\nmedian absolute error over {sum(c.in_median for c in cases)} cases: "
         f"ours {100 * ours_median:.1f}%, accelerate's rule {100 * accelerate_median:.1f}%"
     )
+    for method, (median, worst, n) in by_method(cases).items():
+        print(f"  {method:5} {n:2} cases: median {100 * median:.1f}%, worst {100 * worst:+.1f}%")
     for c in cases:
         if c.note:
             print(f"* {c.name}: {c.note}")
@@ -332,6 +641,8 @@ def main(argv=None) -> int:
     print("\nsources:")
     for key, text in SOURCES.items():
         print(f"  {key}: {text}")
+    if args.cpu:
+        print_grid(cpu_grid())
     return 0
 
 

@@ -69,6 +69,7 @@ def _closed_port() -> int:
 
 def _environment(out: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.pop("MPLBACKEND", None)  # the kernels draw inline, as in Jupyter and Colab, so a test can see each figure
     env.update(
         HF_HUB_OFFLINE="1",  # the tests never touch the network
         WANDB_API_KEY=FAKE_WANDB_KEY,

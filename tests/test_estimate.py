@@ -270,51 +270,34 @@ def test_weights_gradients_and_adamw_states_are_exact(family):
 
 @pytest.mark.parametrize("name", sorted(load_catalog("models")))
 def test_catalog_parameter_counts_match_transformers(name):
-    """Build each catalog model on the meta device (no memory, no download) and count."""
-    shape = shape_of(name)
-    if shape.family == "gpt2":
-        config = GPT2Config(
-            vocab_size=shape.vocab,
-            n_embd=shape.hidden,
-            n_layer=shape.layers,
-            n_head=shape.heads,
-            n_positions=shape.max_positions,
-        )
-    elif shape.family == "bert":
-        config = BertConfig(
-            vocab_size=shape.vocab,
-            hidden_size=shape.hidden,
-            num_hidden_layers=shape.layers,
-            num_attention_heads=shape.heads,
-            intermediate_size=shape.intermediate,
-            max_position_embeddings=shape.max_positions,
-            type_vocab_size=shape.type_vocab,
-            num_labels=shape.num_labels,
-        )
-        assert shape_of(config) == shape, "the catalog entry is what shape_of reads from the config"
-    else:
-        from transformers import AutoConfig
+    """Build each catalog model from its model_type on the meta device (no memory, no download) and count;
+    the config built reads back as the catalog's shape."""
+    from transformers import AutoConfig
 
-        kind = {"llama": "qwen2" if shape.qkv_bias else "llama", "gemma": "gemma2", "phi3": "phi3"}[shape.family]
-        config = AutoConfig.for_model(
-            kind,
-            vocab_size=shape.vocab,
+    entry, shape = load_catalog("models")[name], shape_of(name)
+    kind = "gemma3_text" if entry["model_type"] == "gemma3" else entry["model_type"]  # the language model
+    if shape.family == "gpt2":
+        sizes = dict(n_embd=shape.hidden, n_layer=shape.layers, n_head=shape.heads, n_positions=shape.max_positions)
+    else:
+        sizes = dict(
             hidden_size=shape.hidden,
             num_hidden_layers=shape.layers,
             num_attention_heads=shape.heads,
-            num_key_value_heads=shape.kv_heads,
-            head_dim=shape.head_dim,
             intermediate_size=shape.intermediate,
-            tie_word_embeddings=shape.tied,
         )
+    if shape.family == "bert":
+        sizes.update(max_position_embeddings=shape.max_positions, type_vocab_size=shape.type_vocab)
+    elif shape.family == "neox":
+        sizes.update(rotary_pct=shape.rotary_fraction, tie_word_embeddings=shape.tied)
+    elif shape.family != "gpt2":
+        sizes.update(num_key_value_heads=shape.kv_heads, head_dim=shape.head_dim, tie_word_embeddings=shape.tied)
+    config = AutoConfig.for_model(kind, vocab_size=shape.vocab, **sizes)
     with torch.device("meta"):
-        if shape.family == "bert":
-            model = BertForSequenceClassification(config)
-        else:
-            model = AutoModelForCausalLM.from_config(config)
-    real = sum(p.numel() for p in model.parameters())
-    extra = 2 * shape.layers * shape.hidden if shape.family == "gemma" else 0  # Gemma-2's post-norms
-    assert shape.parameters + extra == real
+        cls = BertForSequenceClassification if shape.family == "bert" else AutoModelForCausalLM
+        model = cls(config) if shape.family == "bert" else cls.from_config(config)
+    assert shape.parameters == sum(p.numel() for p in model.parameters())
+    read = shape_of(config)
+    assert dataclasses.replace(read, attn_impl=shape.attn_impl) == shape, "the catalog entry is what a config reads"
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -474,7 +457,7 @@ def test_qlora_7b_fits_a_t4_and_full_fine_tuning_does_not():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(model="Mistral-8B"), "unknown model 'Mistral-8B': the catalog has .*Or pass a transformers config"),
+        (dict(model="Mistral-8B"), "unknown model 'Mistral-8B': the catalog has .*a path to a model's config.json"),
         (dict(precision="fp8"), "precision='fp8' is not one of"),
         (dict(method="qlora", weights="bf16"), "method='qlora' stores weights in nf4"),
         (dict(weights="nf4"), "cannot be trained in full"),

@@ -125,6 +125,17 @@ def test_kaggle_without_internet_says_how_to_switch_it_on_at_once(tmp_path):
     assert time.perf_counter() - start < 10
 
 
+def test_kaggle_with_a_name_lookup_that_never_answers_says_so_within_the_probes_bound(tmp_path):
+    hangs = "import socket, time\nsocket.create_connection = lambda *a, **k: time.sleep(3600)\n"
+    start = time.perf_counter()
+    done = run_cells(
+        [INSTALL_CELL], tmp_path, prelude=GUARD + hangs, kit_visible=False, env={"KAGGLE_KERNEL_RUN_TYPE": "Batch"}
+    )
+    assert done.returncode != 0 and "This Kaggle session has no internet" in done.stderr, done.stderr
+    assert "GUARD" not in done.stderr, "pip must not run when the probe already failed"
+    assert time.perf_counter() - start < 30, "the probe is bounded at 10 s however the lookup hangs"
+
+
 def fake_torch(folder: Path, version: str) -> Path:
     """A site folder where importlib.metadata finds torch `version` (a dist-info, no code)."""
     info = folder / f"torch-{version}.dist-info"

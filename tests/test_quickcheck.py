@@ -23,13 +23,14 @@ import pytest
 from helpers.maintainer.notebooks import NOTEBOOKS_DIR
 from helpers.quickcheck import ask, check
 from helpers.quickcheck import checks as checks_module
+from helpers.quickcheck import grading as grading_module
 from helpers.quickcheck.bank import BANK_DIR, BankError, bank_notebooks, get_question, load_bank, params_for
 from helpers.quickcheck.grading import collect, grade, grade_submission, show_graded
 from helpers.quickcheck.handout import HandoutError, student_version, write_student_versions
 from helpers.quickcheck.judging import CORRECT, INVALID, NEEDS_ID, UNANSWERED, WRONG, format_receipt, judge
 from helpers.quickcheck.reading import Cell, find_answer, scan
 from helpers.quickcheck.safe_eval import Unreadable, evaluate, read_value
-from helpers.quickcheck.sealing import answer_hash, seal_file, unseal_text
+from helpers.quickcheck.sealing import answer_hash, seal_file, seal_text, unseal_text
 from helpers.quickcheck.submissions import NotANotebook, parse_notebook
 
 NB00 = NOTEBOOKS_DIR / "00_where_to_get_gpus.ipynb"
@@ -106,7 +107,7 @@ def test_the_lesson_question_is_in_notebook_04():
         "Your GPU runs out of memory at batch size 8 but you need a larger effective batch. What keeps memory low?"
     )
     right = q.choices[eval(solve(q))]
-    assert "smaller per-device batch" in right and "accumulation" in right
+    assert "per-device batch" in right and "accumulation" in right
 
 
 @pytest.mark.parametrize("q", ALL_QUESTIONS, ids=lambda q: q.id)
@@ -143,6 +144,7 @@ def test_seal_replaces_a_plain_answer_and_the_loader_refuses_unsealed(tmp_path):
                         "answer": "B",
                         "hint": "Not x.",
                         "explanation": "y, because y.",
+                        "why_not": {"a": "x is the other one."},
                     }
                 ]
             }
@@ -154,6 +156,7 @@ def test_seal_replaces_a_plain_answer_and_the_loader_refuses_unsealed(tmp_path):
     (q,) = load_bank("03", tmp_path)
     assert '"answer"' not in bank.read_text() and "because" not in bank.read_text()
     assert judge(q, "b").message == "y, because y." and judge(q, "a").status == WRONG
+    assert judge(q, "a").why_not == "You picked a: x is the other one."
 
 
 BASE = {
@@ -176,6 +179,7 @@ BASE = {
         ({"params": {}, "expect": ""}, 'needs "answer_sha256"'),
         ({"prompt": "How many {m}?"}, "the texts use {m}, which is not one of its params"),
         ({"kind": "choice", "params": {}, "choices": {"a": "x"}}, "at least two single-letter keys"),
+        ({"concept": ["bytes"]}, "'concept' must be text"),
     ],
 )
 def test_bank_mistakes_are_named_with_the_fix(tmp_path, change, message):
@@ -188,6 +192,175 @@ def test_duplicate_ids_in_a_bank_are_refused(tmp_path):
     (tmp_path / "03.json").write_text(json.dumps({"questions": [BASE, BASE]}))
     with pytest.raises(BankError, match=r"\['q03_9'\] appear more than once"):
         load_bank("03", tmp_path)
+
+
+# ---------------------------------------------------------------- per-option feedback ("why not")
+
+WHY_ONE = {
+    "id": "q03_8",
+    "kind": "choice",
+    "prompt": "Which format keeps fp32's exponent range?",
+    "choices": {"a": "fp16", "b": "bf16", "c": "int8", "d": "nf4"},
+    "answer": "b",
+    "hint": "Count the exponent bits.",
+    "explanation": "bf16 has fp32's 8 exponent bits, so it overflows where fp32 does.",
+    "why_not": {
+        "a": "fp16 has 5 exponent bits: it overflows at 65504.",
+        "c": "int8 is an integer format: no exponent at all.",
+        "d": "nf4 is a 4-bit lookup of 16 values scaled per block.",
+    },
+}
+WHY_MULTI = {
+    "id": "q03_7",
+    "kind": "choice",
+    "multiple": True,
+    "prompt": "Which are stored per trainable parameter by AdamW?",
+    "choices": {"a": "the first moment", "b": "the second moment", "c": "the activations", "d": "the logits"},
+    "answer": "ab",
+    "hint": "What does AdamW average over steps?",
+    "explanation": "AdamW keeps two running averages per trainable parameter: m and v.",
+    "why_not": {
+        "a": "m, the running mean of the gradient, is one of AdamW's two states.",
+        "b": "v, the running mean of the squared gradient, is the other state.",
+        "c": "activations belong to a micro-batch, not to a parameter.",
+        "d": "the logits are the output of one forward pass.",
+    },
+}
+
+
+def sealed_bank(tmp_path, *questions):
+    """Bank 03 in tmp_path, written in the authoring format, then sealed; the loaded questions by id."""
+    path = tmp_path / "03.json"
+    path.write_text(json.dumps({"questions": [copy.deepcopy(q) for q in questions]}))
+    seal_file(path)
+    return path, {q.id: q for q in load_bank("03", tmp_path)}
+
+
+def test_every_wrong_option_shows_its_own_why_not_and_the_right_one_the_explanation(tmp_path, monkeypatch, capsys):
+    _, qs = sealed_bank(tmp_path, WHY_ONE)
+    q = qs["q03_8"]
+    for letter, text in WHY_ONE["why_not"].items():
+        verdict = judge(q, letter)
+        assert verdict.status == WRONG and verdict.why_not == f"You picked {letter}: {text}"
+        assert verdict.message == WHY_ONE["hint"]
+    right = judge(q, "b")
+    assert right.status == CORRECT and right.message == WHY_ONE["explanation"] and right.why_not == ""
+    monkeypatch.setattr(checks_module, "get_question", lambda qid: qs[qid])
+    check("q03_8", "c")  # the plain-text path every front end shows
+    out = capsys.readouterr().out
+    assert "✗ Not yet. You picked c: int8 is an integer format" in out and "Hint: Count the exponent bits." in out
+    assert WHY_ONE["why_not"]["a"] not in out and WHY_ONE["explanation"] not in out
+    ui = asked_widget("q03_8", monkeypatch)  # the practice widget gives the same feedback
+    _, picker, button, feedback = ui.children
+    picker.value = "d"
+    button.click()
+    assert "You picked d: nf4 is a 4-bit lookup" in feedback.value
+
+
+def test_multi_answer_feedback_names_the_first_wrong_pick_or_missed_option(tmp_path):
+    _, qs = sealed_bank(tmp_path, WHY_MULTI)
+    q = qs["q03_7"]
+    why = WHY_MULTI["why_not"]
+    assert judge(q, "ab").status == CORRECT and judge(q, "ab").message == WHY_MULTI["explanation"]
+    assert judge(q, "a").why_not == f"You left out b: {why['b']}"
+    assert judge(q, "abc").why_not == f"You picked c: {why['c']}"
+    assert judge(q, "bd").why_not == f"You left out a: {why['a']}"  # a comes first; one mistake per try
+    assert judge(q, "cd").why_not == f"You left out a: {why['a']}"
+
+
+@pytest.mark.parametrize("question", [WHY_ONE, WHY_MULTI], ids=["one answer", "multi-answer"])
+def test_the_sealed_json_does_not_show_which_option_is_right(tmp_path, question):
+    path, _ = sealed_bank(tmp_path, question)
+    text = path.read_text()
+    (raw,) = json.loads(text)["questions"]
+    assert "why_not" not in raw and "answer" not in raw and "explanation" not in raw
+    for plain in [question["explanation"], *question["why_not"].values()]:
+        assert plain[:12] not in text
+    states = ["picked", "left_out"] if question.get("multiple") else ["picked"]
+    assert sorted(raw["feedback_sealed"]) == sorted(states)
+    for state in states:
+        entries = raw["feedback_sealed"][state]
+        assert sorted(entries) == sorted(question["choices"])  # every option has an entry, the right one too
+        assert len({len(e) for e in entries.values()}) == 1, "the entries' lengths would point at the answer"
+        assert len(set(entries.values())) == len(entries)  # each under its own key, none a copy of another
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"why_not": None}, 'needs "why_not": {"letter": "text", ...} for each option but the answer (b)'),
+        ({"why_not": {"a": "x", "c": "y"}}, '"why_not" has no text for d; it needs a text for each option but'),
+        ({"why_not": {**WHY_ONE["why_not"], "b": "z"}}, 'has a text for the answer b (that is the "explanation")'),
+        ({"why_not": {**WHY_ONE["why_not"], "e": "z"}}, '"why_not" has e, which is not an option; it needs'),
+        ({"why_not": {**WHY_ONE["why_not"], "c": "  "}}, "no text for c"),
+        ({"explanation": ""}, 'needs an "explanation"'),
+        ({"multiple": True, "answer": "ab"}, "for every option: for a wrong one why not to pick it, for a right"),
+    ],
+)
+def test_incomplete_why_not_is_refused_naming_the_letters_and_nothing_is_written(tmp_path, change, message):
+    path = tmp_path / "03.json"
+    before = json.dumps({"questions": [{**WHY_ONE, **change}]})
+    path.write_text(before)
+    with pytest.raises(BankError, match=re.escape(message)):
+        seal_file(path)
+    assert path.read_text() == before
+
+
+def test_the_seal_command_names_the_file_once_and_what_to_write(tmp_path):
+    path = tmp_path / "03.json"
+    path.write_text(json.dumps({"questions": [{**WHY_ONE, "why_not": {"a": "x"}}]}))
+    cmd = [sys.executable, "-m", "helpers.quickcheck", "seal", str(path)]
+    bad = subprocess.run(cmd, capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count(str(path)) == 1
+    assert '"why_not" has no text for c, d; it needs a text for each option but the answer (b)' in bad.stderr
+    path.write_text(json.dumps({"questions": [WHY_ONE]}))
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0 and f"{path}: sealed q03_8" in done.stdout
+
+
+def test_why_not_on_a_number_question_or_left_plain_is_refused(tmp_path):
+    path = tmp_path / "03.json"
+    path.write_text(json.dumps({"questions": [{**BASE, "params": {}, "answer": 4, "why_not": {"a": "x"}}]}))
+    with pytest.raises(BankError, match='is a number question: only choice questions have "why_not"'):
+        seal_file(path)
+    sealed = {k: v for k, v in WHY_ONE.items() if k != "answer"}
+    path.write_text(json.dumps({"questions": [{**sealed, "answer_sha256": "0" * 64}]}))
+    with pytest.raises(BankError, match=r'has a plain "why_not": give it its "answer" and "explanation" too'):
+        load_bank("03", tmp_path)
+
+
+def test_a_bank_sealed_before_why_not_still_loads_and_judges(tmp_path):
+    old = {k: v for k, v in WHY_ONE.items() if k not in ("answer", "explanation", "why_not")}
+    old["answer_sha256"] = answer_hash("q03_8", "b")
+    old["explanation_sealed"] = seal_text("q03_8", "b", WHY_ONE["explanation"])
+    (tmp_path / "03.json").write_text(json.dumps({"questions": [old]}))
+    (q,) = load_bank("03", tmp_path)
+    assert judge(q, "b").message == WHY_ONE["explanation"]
+    assert judge(q, "a").status == WRONG and judge(q, "a").why_not == ""
+    damaged = {**old, "feedback_sealed": {"picked": {"a": "AAAA"}}}
+    (tmp_path / "03.json").write_text(json.dumps({"questions": [damaged]}))
+    load_bank.cache_clear()
+    with pytest.raises(BankError, match="'picked' must have an entry for every option .* seal the question again"):
+        load_bank("03", tmp_path)
+
+
+def test_the_graders_feedback_file_gives_the_picked_options_why_not(tmp_path, monkeypatch):
+    bank_dir = tmp_path / "bank"
+    bank_dir.mkdir()
+    _, qs = sealed_bank(bank_dir, WHY_ONE, WHY_MULTI)
+    monkeypatch.setattr(grading_module, "load_bank", lambda nb: load_bank(nb, bank_dir))
+    monkeypatch.setattr(grading_module, "bank_notebooks", lambda: ["03"])
+    cells = [
+        nbformat.v4.new_code_cell('student_id = "s-1"'),
+        nbformat.v4.new_code_cell('# QUICK CHECK q03_8\nanswer_q03_8 = "a"\ncheck("q03_8", answer_q03_8)'),
+        nbformat.v4.new_code_cell('# QUICK CHECK q03_7\nanswer_q03_7 = "abd"\ncheck("q03_7", answer_q03_7)'),
+    ]
+    write(tmp_path / "subs", "erin.ipynb", nbformat.v4.new_notebook(cells=cells))
+    run = grade([tmp_path / "subs"], tmp_path / "grades.csv")
+    feedback = (run.feedback_dir / "erin.txt").read_text()
+    assert f"You picked a: {WHY_ONE['why_not']['a']}\n    Hint: {WHY_ONE['hint']}" in feedback
+    assert f"You picked d: {WHY_MULTI['why_not']['d']}" in feedback
+    assert WHY_ONE["explanation"] not in feedback and WHY_ONE["why_not"]["c"] not in feedback
 
 
 # ---------------------------------------------------------------- check() in the notebook
@@ -206,7 +379,10 @@ def test_right_and_wrong_answers_give_explanation_or_hint_and_a_receipt(capsys):
     right, bad = eval(solve(q)), eval(wrong(q))
     check("q00_1", bad)
     out = capsys.readouterr().out
-    assert "✗ Not yet. Hint: " + q.hint in out
+    assert "✗ Not yet. " in out and "Hint: " + q.hint in out
+    verdict = judge(q, bad)
+    assert verdict.why_not in out  # the picked option's own feedback, where the bank seals one
+    assert not verdict.why_not or verdict.why_not.startswith(f"You picked {bad}: ")
     assert explanation(q) not in out
     assert re.search(r"receipt q00_1 · attempt \d+ · not yet$", out, re.M)
     check("q00_1", right.upper())
@@ -322,7 +498,7 @@ def test_ask_prints_text_headless_and_builds_a_working_widget(capsys, monkeypatc
     _, picker, button, feedback = ui.children
     picker.value = eval(wrong(q))
     button.click()
-    assert "Not yet. Hint" in feedback.value and "Practice only" in feedback.value
+    assert "Not yet. " in feedback.value and "Hint: " in feedback.value and "Practice only" in feedback.value
     picker.value = eval(solve(q))
     button.click()
     assert "Correct" in feedback.value and "receipt q04_2" in feedback.value
@@ -459,7 +635,18 @@ def test_correct_wrong_and_partial_submissions(tmp_path):
     assert all(explanation(q, "bob") not in feedback for q in load_bank("00"))
     assert explanation(get_question("q00_1")) in (run.feedback_dir / "dave.txt").read_text()
     report = run.report_path.read_text()
-    assert "| q00_1 | 1 | 3 | 1 | 0 | 0 | 2.0 |" in report  # alice, carol, dave right; bob wrong
+    # alice, carol, dave right; bob wrong, and the instructor sees which wrong option he believed
+    assert f"| q00_1 | 1 | 3 | 1 | 0 | 0 | 2.0 | {eval(WRONG_ANSWERS['q00_1'])} (1) |" in report
+    assert f"| q00_3 | 1 | 3 | 1 | 0 | 0 | 2.0 | {eval(WRONG_ANSWERS['q00_3']):g} (1) |" in report
+    assert re.search(r"^\| q00_4 \|.*\| - \|$", report, re.M)  # per-student numbers: wrong values say nothing
+    alice = 3 + (alice_q4 == CORRECT)
+    totals = sorted([0, 2, 4, alice])
+    scores = report.split("## Scores")[1].split("## Questions")[0]
+    mean = f"{sum(totals) / 4:.1f} of 4 points ({100 * sum(totals) / 16:.0f} %)"
+    assert f"4 graded: mean {mean}, median {(totals[1] + totals[2]) / 2:g} of 4" in scores
+    assert f"; {totals.count(4)} with full marks, 1 with none." in scores
+    for total in set(totals):
+        assert f"| {total} / 4 | {totals.count(total)} |" in scores
 
 
 def test_edited_submissions_are_read_as_written(tmp_path):
@@ -647,6 +834,9 @@ def test_grade_command_line(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "graded 2 submissions" in done.stdout and "(1 could not be read)" in done.stdout
     assert "could not read" in done.stdout and "b.ipynb" in done.stdout
+    assert (
+        "scores: 1 graded: mean 4.0 of 4 points (100 %), median 4 of 4; 1 with full marks, 0 with none" in done.stdout
+    )
     bad = subprocess.run(cmd[:-2] + ["--notebook", "42"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--notebook 42 has no questions; use one of 00, 01" in bad.stderr
     (tmp_path / "empty").mkdir()
@@ -755,8 +945,12 @@ def test_every_notebook_ends_with_its_quick_checks_then_the_recap(path):
         f"{path.name} should end with quick checks for {sorted(qids)} (it checks {sorted(found.calls)}): add one "
         f"`# QUICK CHECK qNN_k` cell per question before the recap, as in notebooks/src/00_where_to_get_gpus.py"
     )
-    last_check = max(nb["cells"].index(c) for c in quick_check_cells(nb))
-    assert last_check == len(nb["cells"]) - 2, f"{path.name}: the quick checks come right before the recap"
+    # one block of quick checks near the end; after it only what closes a notebook (the exercises, the cell that
+    # saves the figures for the tests) and the recap
+    at = [i for i, c in enumerate(nb["cells"]) if c in quick_check_cells(nb)]
+    assert at == list(range(at[0], at[-1] + 1)), f"{path.name}: the quick checks are consecutive cells"
+    recaps = [i for i, c in enumerate(nb["cells"]) if "".join(c["source"]).startswith("## In this notebook")]
+    assert recaps and recaps[-1] > at[-1], f"{path.name}: the recap (## In this notebook we:) follows the quick checks"
     for qid in qids:
         assert find_answer(found, qid).value is None, f"{path.name}: answer_{qid} must be blank (None)"
 

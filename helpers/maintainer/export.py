@@ -27,7 +27,8 @@ from helpers.maintainer.notebooks import SOURCES_DIR
 __all__ = ["EXPORTABLE", "ExportError", "accelerate_config", "export", "notebook_parameters", "sbatch_script"]
 
 EXPORTABLE = {"08": "08_capstone"}  # notebook number -> source stem: what `export` knows how to turn into a job
-SKIPPED = ("disconnect_after_step",)  # the notebook's demonstration only: a real job is cut short by Slurm
+# the notebook's demonstrations only: a real job is cut short by Slurm, answers no question, trains no tiny model
+SKIPPED = ("disconnect_after_step", "max_new_tokens", "tiny_learning_rate")
 TIME_FORMAT = re.compile(r"^(\d+-)?\d{1,2}:\d{2}:\d{2}$")  # Slurm's [D-]HH:MM:SS
 MAX_GPUS = 64  # per node: more than any machine holds
 

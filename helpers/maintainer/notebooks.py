@@ -77,17 +77,28 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 
 if not any(metadata.distributions(name="$DISTRIBUTION")):
     repo, ref = "$REPOSITORY", "$REF"
     if "KAGGLE_KERNEL_RUN_TYPE" in os.environ:  # Kaggle's internet may be off: say so now, not after pip's retries
-        try:
-            socket.create_connection(("github.com", 443), timeout=5).close()
-        except OSError:
+        reached = []  # the name lookup has no timeout of its own: the probe gets 10 s in all, in a thread
+
+        def probe():
+            try:
+                socket.create_connection(("github.com", 443), timeout=5).close()
+                reached.append(True)
+            except OSError:
+                pass
+
+        probing = threading.Thread(target=probe, daemon=True)
+        probing.start()
+        probing.join(10)
+        if not reached:
             raise RuntimeError(
                 "This Kaggle session has no internet. Open Settings > Internet, switch it On "
                 "(it needs a phone-verified account), then run this cell again."
-            ) from None
+            )
     runtime_pins = os.path.join(tempfile.mkdtemp(), "runtime-pins.txt")  # pip may not replace the runtime's torch
     with open(runtime_pins, "w") as f:
         f.writelines(f"torch=={d.version}\n" for d in metadata.distributions(name="torch"))

@@ -13,8 +13,9 @@ For instructors (see the README):
     python -m helpers.quickcheck grade submissions/ --out grades.csv   # grade without running them
 
 Modules: `bank` (the questions, one JSON file per notebook), `answers` (an answer's canonical form),
-`sealing` (hashed answers, sealed explanations; the `seal` command), `judging` (the one rule that
-judges an answer), `checks` (`check`, `ask`), `submissions` (a file to its code cells, safely),
+`sealing` (hashed answers, sealed explanations and per-option "why not" feedback; the `seal`
+command and the authoring format), `judging` (the one rule that judges an answer), `checks`
+(`check`, `ask`), `submissions` (a file to its code cells, safely),
 `reading` (answers from a notebook's text, without running it), `safe_eval`, `limits` (the bounds
 on one file's work), `grading` (the batch), `grades` (what it produces), `gradebook` (CSV,
 feedback, report), `roster` and `lms` (an LMS's roster in, its grade-import file out), `escaping`

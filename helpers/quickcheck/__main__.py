@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             sealed = seal_file(path)
         except (OSError, ValueError, BankError) as e:
-            print(f"error: {path}: {e}", file=sys.stderr)
+            where = "" if str(path) in str(e) else f"{path}: "  # a BankError names the file already
+            print(f"error: {where}{e}", file=sys.stderr)
             return 2
         print(f"{path}: sealed {', '.join(sealed) or 'nothing (no plain answers)'}")
     return 0
@@ -129,6 +130,7 @@ def _read_roster(args: argparse.Namespace):
 def _grade(args: argparse.Namespace) -> int:
     from helpers.quickcheck.bank import bank_notebooks
     from helpers.quickcheck.escaping import shown, shown_path
+    from helpers.quickcheck.gradebook import score_summary
     from helpers.quickcheck.grading import collect, grade
 
     submissions, out, notebooks = args.submissions, args.out, args.notebook
@@ -164,6 +166,7 @@ def _grade(args: argparse.Namespace) -> int:
     n = len(run.submissions)
     print(
         f"graded {n} submission{'s' if n != 1 else ''} in {run.seconds:.1f} s ({len(run.unreadable)} could not be read)"
+        f"\nscores: {score_summary(run.submissions)} (the report's Scores and Questions sections say more)"
     )
     for s in run.unreadable:
         print(f"  could not read {shown_path(s.path)}: {shown(s.reason, 400)}")

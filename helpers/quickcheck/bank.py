@@ -14,21 +14,26 @@ and so do the commands `python -m helpers.quickcheck grade` and `student`. A que
     fields        property: {"per_device_batch": "int"}: the keys the answer dict must have
     rules         property: [{"require": "<expression>", "hint": "<shown when it fails>"}], in order
     hint          shown after a wrong answer; explanation: shown after a right one
+    feedback_sealed  choice: per option, why picking it (or, multi-answer, leaving it out) is a mistake
+    concept       number: the idea the number checks; measured: the notebook's record key it is about
     points        what a right answer is worth; default 1
 
 No answer is stored in plain text. Questions without params keep only `answer_sha256` (a salted
-hash of the normalized answer) and `explanation_sealed` (the explanation, encrypted with a key made
-from the right answer, so only a student who found it can read it). Questions with params keep
+hash of the normalized answer), `explanation_sealed` (the explanation, encrypted with a key made
+from the right answer, so only a student who found it can read it) and, for choice questions,
+`feedback_sealed` (every option's feedback, each encrypted with a key made from that option and
+all of one length, so the file does not show which option is right; see `sealing`). Questions with params keep
 the formula or rules: each student's numbers differ, so the method is not an answer to copy.
 This keeps answers out of sight; it is not an exam lock: anything checked offline can be found
 by trying every choice (about a millisecond for a choice question). The receipts' attempt counts
 do not prove how often a student tried either: they are printed text the student controls (the
 grade report says what they can and cannot show).
 
-To add or change a question, write it with a plain `"answer"` (and plain `"explanation"`), then run
-`python -m helpers.quickcheck seal helpers/quickcheck/bank/NN.json`, which replaces both with the
-hash and the sealed text (`sealing.seal_file`). The tests fail while a plain answer is left in a
-bank file.
+To add or change a question, write it with a plain `"answer"`, `"explanation"` and, for a choice
+question, `"why_not"` (the authoring format, with an example, is at the top of `sealing`), then run
+`python -m helpers.quickcheck seal helpers/quickcheck/bank/NN.json`, which replaces them with the
+hash and the sealed texts (`sealing.seal_file`). The tests fail while a plain answer is left in a
+bank file; tests/test_bank_fairness.py checks each bank is fair to a student who reads.
 """
 
 from __future__ import annotations
@@ -44,6 +49,9 @@ from typing import Any
 
 __all__ = [
     "BANK_DIR",
+    "FEEDBACK_STATES",
+    "LEFT_OUT",
+    "PICKED",
     "QUESTION_ID",
     "BankError",
     "Question",
@@ -61,6 +69,9 @@ BANK_DIR = Path(__file__).with_name("bank")
 QUESTION_ID = re.compile(r"^q(\d\d)_([A-Za-z0-9]+)$")
 _KINDS = ("choice", "number", "property")
 _FIELD_TYPES = ("int", "number")
+# an option's state in a student's answer: the keys of `feedback_sealed` (LEFT_OUT only for multi-answer questions)
+PICKED, LEFT_OUT = "picked", "left_out"
+FEEDBACK_STATES = (PICKED, LEFT_OUT)
 
 
 class BankError(ValueError):
@@ -84,6 +95,9 @@ class Question:
     points: float = 1
     explanation: str = ""
     explanation_sealed: str = ""
+    feedback_sealed: dict = field(default_factory=dict)
+    concept: str = ""
+    measured: str = ""
     choices: dict = field(default_factory=dict)
     multiple: bool = False
     answer_sha256: str = ""
@@ -183,6 +197,11 @@ def _question(raw: Any, path: Path, notebook: str) -> Question:
         raise BankError(f"{where} must be a JSON object")
     if "answer" in raw:
         raise BankError(f"{where} has a plain answer; run `python -m helpers.quickcheck seal {path}`")
+    if "why_not" in raw:
+        raise BankError(
+            f'{where} has a plain "why_not": give it its "answer" and "explanation" too, then run '
+            f"`python -m helpers.quickcheck seal {path}`"
+        )
     qid = raw.get("id", "")
     if not QUESTION_ID.match(str(qid)) or notebook_of(qid) != notebook:
         raise BankError(f"{where}: the id must look like q{notebook}_1 (this file is notebook {notebook})")
@@ -192,6 +211,9 @@ def _question(raw: Any, path: Path, notebook: str) -> Question:
     for key in ("prompt", "hint"):
         if not isinstance(raw.get(key), str) or not raw[key].strip():
             raise BankError(f"{where}: needs a non-empty {key!r} text")
+    for key in ("concept", "measured"):
+        if not isinstance(raw.get(key, ""), str):
+            raise BankError(f"{where}: {key!r} must be text (a sentence, or a record key)")
     params = raw.get("params", {})
     if not isinstance(params, dict) or not all(isinstance(v, list) and v for v in params.values()):
         raise BankError(f'{where}: "params" maps each name to a non-empty list of values')
@@ -219,6 +241,7 @@ def _kind_problem(q: Question) -> str:
             return 'a choice question needs "choices" with at least two single-letter keys ("a", "b", ...)'
         if not q.answer_sha256 or q.params:
             return 'a choice question needs "answer_sha256" and no "params"'
+        return _feedback_problem(q)
     elif q.kind == "number":
         if q.params and not q.expect:
             return 'a number question with "params" needs "expect", the expected value as an expression'
@@ -229,4 +252,23 @@ def _kind_problem(q: Question) -> str:
             return 'a property question needs "fields" and "rules"'
         if any(t not in _FIELD_TYPES for t in q.fields.values()):
             return f'"fields" types must be one of {_FIELD_TYPES}'
+    return ""
+
+
+def _feedback_problem(q: Question) -> str:
+    """What is wrong with a choice question's `feedback_sealed` (optional: older banks have none), or ""."""
+    if not q.feedback_sealed:
+        return ""
+    states = FEEDBACK_STATES if q.multiple else (PICKED,)
+    fb = q.feedback_sealed
+    if not isinstance(fb, dict) or set(fb) != set(states):
+        return f'"feedback_sealed" must have the keys {list(states)}: write "why_not" and seal the question again'
+    for state in states:
+        entries = fb[state]
+        texts = isinstance(entries, dict) and all(isinstance(v, str) for v in entries.values())
+        if not texts or set(entries) != set(q.choices):
+            return (
+                f'"feedback_sealed" {state!r} must have an entry for every option ({", ".join(q.choices)}): '
+                'write "why_not" and seal the question again'
+            )
     return ""

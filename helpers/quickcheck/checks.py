@@ -6,7 +6,8 @@ A quick-check cell looks like this (the first line marks it for people and for t
     answer_q04_2 = None  # one letter in quotes
     check("q04_2", answer_q04_2)
 
-`check` prints the question, then at once: "not answered yet", a hint, or the explanation, and a
+`check` prints the question, then at once: "not answered yet", the explanation, or, for a wrong
+answer, the picked option's own feedback ("You picked c: ...", choice questions) and a hint, and a
 receipt line (question, attempt, result) that stays in the notebook file the student hands in.
 It never prints the expected answer, and it never raises for an answer, whatever it is (an
 array, a 400-digit int, a megabyte of text): it prints a verdict. Only an unknown question id
@@ -115,7 +116,8 @@ def _feedback_line(verdict: Verdict) -> str:
         return verdict.message
     if verdict.status == INVALID:
         return f"? Can't check this answer: {verdict.message}."
-    return f"✗ Not yet. Hint: {verdict.message}"
+    why_not = f"{verdict.why_not}\n" if verdict.why_not else ""
+    return f"✗ Not yet. {why_not}Hint: {verdict.message}"
 
 
 def _record_attempt(verdict: Verdict, student_id: Any = None) -> int:

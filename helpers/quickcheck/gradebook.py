@@ -11,13 +11,14 @@ from __future__ import annotations
 import csv
 from collections import Counter, defaultdict
 from pathlib import Path
+from statistics import median
 
 from helpers.quickcheck.bank import Question
 from helpers.quickcheck.escaping import csv_cell, md_code, shown, shown_path
 from helpers.quickcheck.grades import LABELS, MISSING, UNREADABLE, GradeRun, SubmissionGrade
 from helpers.quickcheck.judging import CORRECT, INVALID, NEEDS_ID, UNANSWERED, WRONG
 
-__all__ = ["ATTEMPTS", "feedback_text", "report_text", "write_csv", "write_feedback"]
+__all__ = ["ATTEMPTS", "feedback_text", "report_text", "score_summary", "write_csv", "write_feedback"]
 
 ATTEMPTS = (
     "Attempt counts come from the receipts `check()` printed in each notebook's outputs, and the "
@@ -72,6 +73,8 @@ def feedback_text(s: SubmissionGrade) -> str:
     ]
     for g in s.questions.values():
         lines.append(f"{g.question_id}: {LABELS[g.status]}, {g.points:g}/{g.max_points:g}")
+        if g.why_not:
+            lines.append("    " + "\n    ".join(shown(part, 2000) for part in g.why_not.split("\n")))
         if g.message:
             prefix = "Hint: " if g.status == WRONG else ""
             lines.append(f"    {prefix}" + "\n    ".join(shown(part, 2000) for part in g.message.split("\n")))
@@ -100,6 +103,7 @@ def report_text(run: GradeRun, questions: list[Question]) -> str:
     lines += _section("Skipped in folders", [f"{md_code(p)}: {why}" for p, why in run.skipped])
     lines += _ids_section([s for s in subs if s.status != UNREADABLE])
     if questions and len(run.unreadable) < len(subs):
+        lines += _scores_section([s for s in subs if s.status != UNREADABLE])
         lines += _questions_table([s for s in subs if s.status != UNREADABLE], questions)
         lines += ["## What attempt counts prove", "", ATTEMPTS, ""]
     return "\n".join(lines)
@@ -172,12 +176,49 @@ def _ids_section(readable: list[SubmissionGrade]) -> list[str]:
     return lines + [""]
 
 
+def score_summary(results: list[SubmissionGrade]) -> str:
+    """One line on the class's scores over the files that were read: mean, median, full marks, none."""
+    graded = [s for s in results if s.status != UNREADABLE and s.max_points > 0]
+    if not graded:
+        return "no file could be graded"
+    shares = sorted(s.total / s.max_points for s in graded)
+    maxima = {s.max_points for s in graded}
+    mean = f"{100 * sum(shares) / len(shares):.0f} %"
+    if len(maxima) == 1:  # one notebook's questions for all: points read better than shares
+        most = maxima.pop()
+        middle = f"{_num(median(s.total for s in graded))} of {_num(most)}"
+        mean = f"{sum(s.total for s in graded) / len(graded):.1f} of {_num(most)} points ({mean})"
+    else:
+        middle = f"{100 * median(shares):.0f} %"
+    full, none = sum(x == 1 for x in shares), sum(x == 0 for x in shares)
+    return f"{len(graded)} graded: mean {mean}, median {middle}; {full} with full marks, {none} with none"
+
+
+def _scores_section(readable: list[SubmissionGrade]) -> list[str]:
+    """The score line and how many files got each score (points / max), lowest first."""
+    count = Counter((s.max_points, s.total) for s in readable if s.max_points > 0)
+    rows = [f"| {_num(total)} / {_num(most)} | {n} |" for (most, total), n in sorted(count.items())]
+    return ["## Scores", "", score_summary(readable) + ".", "", "| score | files |", "|---|---:|", *rows, ""]
+
+
+def _common_wrong(q: Question, grades: list) -> str:
+    """The wrong answers given most often ("c (41), d (12)"), for questions where everyone answers the same."""
+    if q.personal or q.kind == "property":
+        return "-"  # each student's right (and wrong) numbers differ: counting them says nothing
+    wrong = Counter(g.answer for g in grades if g.status == WRONG and g.answer is not None)
+    if q.kind == "number":  # the canonical form is scaled to the question's decimals: show the number
+        return ", ".join(f"{int(a) / 10**q.decimals:g} ({n})" for a, n in wrong.most_common(3)) or "-"
+    return ", ".join(f"{a} ({n})" for a, n in wrong.most_common(3)) or "-"
+
+
 def _questions_table(readable: list[SubmissionGrade], questions: list[Question]) -> list[str]:
     lines = [
         "## Questions",
         "",
-        "| question | points | correct | not yet | not answered | other | mean attempts |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "Most common wrong answers: what the class believed instead (choice questions and fixed numbers).",
+        "",
+        "| question | points | correct | not yet | not answered | other | mean attempts | most common wrong answers |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for q in questions:
         grades = [s.questions[q.id] for s in readable if q.id in s.questions]
@@ -186,7 +227,8 @@ def _questions_table(readable: list[SubmissionGrade], questions: list[Question])
         mean = f"{sum(attempts) / len(attempts):.1f}" if attempts else "-"
         other = len(grades) - count[CORRECT] - count[WRONG] - count[UNANSWERED]
         lines.append(
-            f"| {q.id} | {q.points:g} | {count[CORRECT]} | {count[WRONG]} | {count[UNANSWERED]} | {other} | {mean} |"
+            f"| {q.id} | {q.points:g} | {count[CORRECT]} | {count[WRONG]} | {count[UNANSWERED]} | {other} | {mean} "
+            f"| {_common_wrong(q, grades)} |"
         )
     return lines + [""]
 

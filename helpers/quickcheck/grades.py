@@ -33,6 +33,8 @@ class QuestionGrade:
     attempts: int | None  # from the receipts in the outputs; None when there are none
     message: str  # hint, explanation, or what went wrong
     notes: list[str] = field(default_factory=list)
+    why_not: str = ""  # a wrong choice answer: its option's own feedback ("You picked c: ...")
+    answer: str | None = None  # the normalized answer read ("c", "bd", "160"): the report counts wrong picks
 
 
 @dataclass

@@ -266,7 +266,9 @@ def _grade_question(q: Question, found: reading.Scan, student_id: str) -> Questi
             f"graded {LABELS[verdict.status]}, but no receipt in the notebook says so: the answer was "
             "edited after its last check, or the notebook was not re-run"
         )
-    return QuestionGrade(q.id, verdict.status, verdict.points, q.points, attempts, message, notes)
+    return QuestionGrade(
+        q.id, verdict.status, verdict.points, q.points, attempts, message, notes, verdict.why_not, verdict.canonical
+    )
 
 
 def _questions(notebooks: list[str]) -> list[Question]:

@@ -6,7 +6,9 @@ Used by every `check()` at the end of notebooks 00 ... 08 and by `python -m help
 dict of values), then compares it without ever holding the right answer in plain text: choice
 questions and fixed numbers against the bank's salted hash (`sealing`), per-student numbers and
 properties by computing the expected value or the rules from the student's parameters. The
-messages it returns are a hint or the explanation, never the expected value.
+messages it returns are a hint or the explanation, never the expected value; a wrong choice answer
+also gets its option's own feedback (`Verdict.why_not`: "You picked c: ..."), unsealed with a key
+made from the option the student picked, so judging still never needs the right answer.
 
 Receipts (`format_receipt`, `RECEIPT`) are the line `check()` prints after each attempt; the grader
 reads the attempt counts back from the submitted notebook's outputs.
@@ -20,9 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from helpers.quickcheck.answers import answer_format, normalize
-from helpers.quickcheck.bank import Question, format_text, normalize_student_id, params_for
+from helpers.quickcheck.bank import LEFT_OUT, PICKED, Question, format_text, normalize_student_id, params_for
 from helpers.quickcheck.safe_eval import Unreadable, evaluate
-from helpers.quickcheck.sealing import answer_hash, unseal_text
+from helpers.quickcheck.sealing import answer_hash, unseal_option, unseal_text
 
 __all__ = ["CORRECT", "INVALID", "NEEDS_ID", "RECEIPT", "UNANSWERED", "WRONG", "Verdict", "format_receipt", "judge"]
 
@@ -37,6 +39,8 @@ class Verdict:
     status: correct, wrong, unanswered (None), invalid (not an answer of this kind) or needs_id
     (a per-student question without a student id). message: the explanation when correct, the
     hint when wrong, otherwise what to do. canonical: the normalized answer ("bd", "160", ...).
+    why_not: for a wrong choice answer, the feedback of the (first) mistaken option, e.g.
+    "You picked c: ..." or, multi-answer, "You left out b: ..."; "" when the bank has none.
     """
 
     question_id: str
@@ -44,6 +48,7 @@ class Verdict:
     points: float
     message: str
     canonical: str | None = None
+    why_not: str = ""
 
     @property
     def counts_as_attempt(self) -> bool:
@@ -90,7 +95,8 @@ def _judge(q: Question, answer: Any, student_id: Any) -> Verdict:
         return Verdict(q.id, INVALID, 0, str(e))
     ok, key, failed_hint = _compare(q, canonical, value, params)
     if not ok:
-        return Verdict(q.id, WRONG, 0, failed_hint or format_text(q.hint, params), canonical)
+        why_not = _why_not(q, value) if q.kind == "choice" else ""
+        return Verdict(q.id, WRONG, 0, failed_hint or format_text(q.hint, params), canonical, why_not)
     if q.explanation_sealed:
         explanation = unseal_text(q.id, key, q.explanation_sealed)
     else:
@@ -102,6 +108,21 @@ def format_receipt(verdict: Verdict, attempt: int) -> str:
     """The receipt line check() prints: question, attempt, result; never the answer."""
     result = "correct" if verdict.status == CORRECT else "not yet"
     return f"receipt {verdict.question_id} · attempt {attempt} · {result}"
+
+
+def _why_not(q: Question, picked: frozenset) -> str:
+    """The first option, in letter order, whose sealed feedback for its state (picked or left out) is not empty.
+
+    One-answer questions seal a text for every option as picked, so the picked wrong one always has
+    its own. Multi-answer questions seal empty texts for the states that are right, so the first
+    non-empty one is the first mistake; one per try, as a one-answer question shows one per try.
+    """
+    for letter in q.choices:
+        state = PICKED if letter in picked else LEFT_OUT
+        text = unseal_option(q, state, letter)
+        if text:
+            return f"You {'picked' if state == PICKED else 'left out'} {letter}: {text}"
+    return ""
 
 
 def _compare(q: Question, canonical: str, value: Any, params: dict) -> tuple[bool, str, str]:

@@ -1,18 +1,13 @@
 # %% [markdown]
 # # 00 · Where to get GPUs, and what the one you have can do
 #
-# **Hardware:** any runtime. Best on a free Colab T4 or Kaggle's T4 x2; a CPU-only runtime works too
-# and uses the kit's embedded tiny model.
-# **Time:** about 1 minute on a T4 including the install; about 15 seconds headless on a CPU.
+# **Hardware:** any runtime. Best on a free Colab T4 or Kaggle's T4 x2; on a CPU it uses the small
+# model that ships with the course.
+# **Time:** about 1 minute on a T4 including the install; under 30 seconds on a CPU.
 #
-# Fine-tuning research rarely starts with a cluster. It starts with whatever card a free notebook
-# service hands you, and the skill is shaping the experiment to that card. This notebook:
-#
-# 1. compares where students actually get GPU time;
-# 2. finds out where it is running and which card it got;
-# 3. picks the training precision that card supports;
-# 4. measures what one parameter costs in each format, and turns that into the largest model this
-#    card can train with each recipe.
+# Research starts with whatever card a free notebook hands you; the skill is shaping the experiment
+# to that card. Below: where to get GPU time, what this card can do, and the largest model each
+# recipe fits on it, from measured bytes per parameter.
 
 # %% tags=["install"]
 # Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
@@ -23,17 +18,28 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 
 if not any(metadata.distributions(name="compute-realities-kit")):
     repo, ref = "compute-realities/finetune-kit", "main"
     if "KAGGLE_KERNEL_RUN_TYPE" in os.environ:  # Kaggle's internet may be off: say so now, not after pip's retries
-        try:
-            socket.create_connection(("github.com", 443), timeout=5).close()
-        except OSError:
+        reached = []  # the name lookup has no timeout of its own: the probe gets 10 s in all, in a thread
+
+        def probe():
+            try:
+                socket.create_connection(("github.com", 443), timeout=5).close()
+                reached.append(True)
+            except OSError:
+                pass
+
+        probing = threading.Thread(target=probe, daemon=True)
+        probing.start()
+        probing.join(10)
+        if not reached:
             raise RuntimeError(
                 "This Kaggle session has no internet. Open Settings > Internet, switch it On "
                 "(it needs a phone-verified account), then run this cell again."
-            ) from None
+            )
     runtime_pins = os.path.join(tempfile.mkdtemp(), "runtime-pins.txt")  # pip may not replace the runtime's torch
     with open(runtime_pins, "w") as f:
         f.writelines(f"torch=={d.version}\n" for d in metadata.distributions(name="torch"))
@@ -63,8 +69,12 @@ if not any(metadata.distributions(name="compute-realities-kit")):
     print("Installed.")
 
 # %% tags=["parameters"]
-smoke = False  # True: use the embedded tiny model whatever the machine (the runner's --smoke sets it)
+smoke = (
+    False  # True: use the small model that ships with the course, on any machine (quick; the course's own tests set it)
+)
 model_id = "HuggingFaceTB/SmolLM2-135M"  # a real small model; needs a GPU and the Hub
+card = "T4"  # without a GPU, the "what fits" table is for this card: "T4", "L4", "A100-40GB", "A100-80GB", "H100-80GB"
+nf4_blocksize = 64  # weights per 4-bit block; each block also stores one scale (QLoRA uses 64)
 
 # %%
 # A helpers.py or helpers/ folder of yours would hide the kit's `helpers`: name it before anything imports it.
@@ -90,106 +100,92 @@ gpus_in_use = use_one_gpu()  # 1 on a GPU machine (one of Kaggle's two T4s), 0 w
 # %% [markdown]
 # ## Where the GPU time comes from
 #
-# | option | card | what it costs | the catch |
-# |---|---|---|---|
-# | Google Colab, free tier | one T4: 15,360 MiB to nvidia-smi, 14.75 GiB to PyTorch | nothing | sessions end when idle or after some hours, and a GPU is not guaranteed at busy times |
-# | Kaggle Notebooks | two T4s ("GPU T4 x2") | nothing; a weekly quota of about 30 GPU hours | internet must be switched on in Settings (phone-verified account); each notebook but 07 trains on one of the two cards |
-# | Rented by the hour (RunPod, Lambda, Vast.ai and others) | one A100 or H100, 40 to 80 GB | a few dollars an hour, billed while the machine runs | you pay for idle time: stop the instance when the job ends |
-# | A university cluster | whatever the cluster owns, often A100s | your group's allocation | a scheduler queue (usually Slurm) and a job script instead of a notebook |
+# | option | card | cost | the catch | source, as of |
+# |---|---|---|---|---|
+# | Colab, free tier | usually one T4, 16 GB | free | GPUs "not guaranteed and not unlimited"; at most 12 hours a session, less when idle | [Colab FAQ](https://research.google.com/colaboratory/faq.html), 2025 |
+# | Kaggle Notebooks | "GPU T4 x2": two 16 GB T4s | free; about 30 GPU hours a week | internet needs a phone-verified account; 12 hours a session | [Kaggle docs](https://www.kaggle.com/docs/notebooks), 2025 |
+# | Rented (Lambda, RunPod, Vast.ai) | one A100 or H100, 40 or 80 GB | Lambda: A100 40 GB $1.48/h, H100 PCIe $2.86/h | billed while it runs, idle or not | [lambda.ai/pricing](https://lambda.ai/pricing), May 2026 |
+# | University cluster | what it owns | your group's allocation | a queue and a job script ([Slurm](https://slurm.schedmd.com)) | your research computing pages |
 #
-# A LoRA fine-tune of a model under about 1B parameters fits the free tiers. A 7B model fits a
-# 16 GB card only with the full set of tricks this course teaches, ending with QLoRA (notebook 05)
-# and the capstone (notebook 08). The rented A100 is for when the experiment, not the budget,
-# decides the size.
+# Quotas and prices change: check the source.
 #
-# ## Where is this notebook running?
+# ## GB or GiB?
 #
-# `describe()` reads the platform from the variables Colab and Kaggle set, and each card's name,
-# memory and *compute capability* (the hardware generation: 7.5 for a T4, 8.0 for an A100).
+# Vendors count in **GB** (10^9 bytes); PyTorch, `nvidia-smi` and this course in **GiB** (2^30
+# bytes, 7.4 % more). A "16 GB" T4 is 15,360 MiB to `nvidia-smi`; PyTorch can use a little less:
 
 # %%
 import helpers
-from helpers import GIB, MIB  # bytes in a GiB (2**30) and a MiB (2**20)
+from helpers import GIB, MIB  # bytes in a GiB (2**30) and in a MiB (2**20)
+from helpers.catalog import gpu_bytes
+
+t4_smi_bytes, t4_torch_bytes = 15_360 * MIB, gpu_bytes("T4")  # nvidia-smi's total; what PyTorch can allocate
+print(f"T4 to nvidia-smi: {t4_smi_bytes / 1e9:.2f} GB = {t4_smi_bytes / GIB:.2f} GiB")
+print(f"T4 to PyTorch:    {t4_torch_bytes / 1e9:.2f} GB = {t4_torch_bytes / GIB:.2f} GiB")
+
+# %% [markdown]
+# From here on the code prints GiB and MiB.
+#
+# ## Where is this notebook running?
+#
+# `describe()` reads the platform, each card's name, memory and *compute capability* (its hardware
+# generation: 7.5 for a T4, 8.0 for an A100).
+
+# %%
 from helpers.env import describe
 
 machine = describe()
 print(machine.summary())
 
-# %%
-helpers.record("platform", machine.platform)
-helpers.record("gpu_name", machine.gpus[0].name if machine.gpus else "none")
-helpers.record("gpu_memory_gib", round(machine.gpu_memory_bytes / GIB, 2))
-helpers.record("gpu_count", len(machine.gpus))
-
 # %% [markdown]
 # ## Which precision this card should train in
 #
-# Half-precision training stores activations (and often weights) in 2 bytes instead of 4. There are
-# two 16-bit formats, and the card decides which one you can use:
-#
-# - **bf16** keeps fp32's range, so it needs no loss scaling. Tensor cores run it natively from
-#   compute capability 8.0 (A100, L4, A10G, H100).
-# - **fp16** has a much smaller range (its largest number is 65504), so the Trainer scales the loss
-#   to keep small gradients from vanishing. It is what a T4 (7.5) runs fast.
-#
-# A trap: on a T4, `torch.cuda.is_bf16_supported()` answers True, because bf16 can be *emulated*
-# there, slowly. The kit decides from the compute capability instead. On a CPU, `fp16=True` in the
-# Trainer does nothing at all, silently. Here is the decision for this machine, as the keywords
-# `TrainingArguments` takes:
+# Mixed precision computes in 16 bits, and the card decides which: **bf16** (fp32's range, no loss
+# scaling) natively from compute capability 8.0; **fp16** (largest number 65504, so the loss is
+# scaled) on a T4 (7.5). A T4's `torch.cuda.is_bf16_supported()` says True because bf16 can be
+# *emulated*, slowly: the kit decides from the capability.
 
 # %%
 from helpers.training import precision_kwargs
 
 print(machine.precision.reason)
 print("TrainingArguments keywords:", precision_kwargs(machine.gpus))
-helpers.record("precision", machine.precision.name)
 
 # %% [markdown]
 # ## Does 4-bit work here?
 #
-# QLoRA stores the frozen weights in 4 bits with bitsandbytes. Rather than trusting a version
-# number, quantize a matrix on this machine and back again:
+# QLoRA stores frozen weights in 4 bits (bitsandbytes). Quantize a matrix here and back:
 
 # %%
 from helpers.env import check_4bit
 
 four_bit_ok, message = check_4bit()
 print(message)
-helpers.record("four_bit_ok", four_bit_ok)
 
 # %% [markdown]
 # ## What one parameter costs
 #
-# Memory for training is mostly a per-parameter bill: the weights, a gradient for each trainable
-# weight, and the optimizer's state (AdamW keeps two running averages per weight). Instead of
-# quoting the bill, measure it. First the weights of one matrix with the shape of a 7B Llama's
-# attention projection (4096 x 4096), in 32 bits, 16 bits, and 4-bit NF4 with double quantization
-# (the quantization constants are themselves quantized):
+# Training memory is mostly a per-parameter bill: weights, a gradient per trainable weight, the
+# optimizer's state. Measure it: one matrix the shape of a 7B Llama's attention projection (4096 x
+# 4096) in fp32, bf16 and 4-bit NF4 with double quantization (the block scales quantized too):
 
 # %%
 import bitsandbytes.functional as bnb_functional
 import torch
 
 w = torch.randn(4096, 4096)  # one projection of a 7B model: 16.8M parameters
-packed, state = bnb_functional.quantize_4bit(w, quant_type="nf4", compress_statistics=True)
-nf4_bytes = (
-    packed.nbytes
-    + state.absmax.nbytes
-    + state.code.nbytes  # 4-bit codes, per-block scales
-    + state.state2.absmax.nbytes
-    + state.state2.code.nbytes
-)  # the scales' own scales
+packed, state = bnb_functional.quantize_4bit(w, blocksize=nf4_blocksize, quant_type="nf4", compress_statistics=True)
+nf4_bytes = sum(t.nbytes for t in (packed, state.absmax, state.code, state.state2.absmax, state.state2.code))
 bytes_per_param = {
     "fp32": w.nbytes / w.numel(),
     "bf16": w.to(torch.bfloat16).nbytes / w.numel(),
-    "nf4": nf4_bytes / w.numel(),
+    "nf4": nf4_bytes / w.numel(),  # 4-bit codes + the blocks' scales + the scales' own scales
 }
 for fmt, b in bytes_per_param.items():
     print(f"{fmt:>5}: {b:.4f} bytes per parameter ({8 * b:.3f} bits)")
-helpers.record("nf4_bits_per_param", round(8 * bytes_per_param["nf4"], 4))
 
 # %% [markdown]
-# Now the optimizer: one AdamW step on a parameter, then count the state it keeps.
+# Now one AdamW step, and count the state it keeps:
 
 # %%
 p = torch.nn.Parameter(torch.randn(1024, 1024))
@@ -198,78 +194,115 @@ opt = torch.optim.AdamW([p])
 opt.step()
 adam_bytes_per_param = sum(t.nbytes for t in opt.state[p].values()) / p.numel()
 print(f"AdamW state: {adam_bytes_per_param:.2f} bytes per parameter ({sorted(opt.state[p])})")
-helpers.record("adamw_bytes_per_param", round(adam_bytes_per_param, 3))
 
 # %% [markdown]
 # ## What fits this card
 #
-# Add the measured costs up per recipe. A full fine-tune pays weights + gradients + optimizer for
-# every parameter. LoRA freezes the model, so it pays only for the weights (the small adapters add
-# well under 1 %). QLoRA pays for 4-bit weights. These ceilings leave out activations, which grow
-# with batch and sequence length; notebook 01 adds them, and the estimator gives the whole picture.
-# Without a GPU the budget below is a T4's total as `nvidia-smi` reports it (15,360 MiB).
+# Add the measured costs per recipe. A full fine-tune pays weight + gradient + AdamW state for every
+# parameter; LoRA freezes 16-bit weights and trains small adapters (well under 1 % more); QLoRA
+# freezes 4-bit weights. These are **ceilings**: activations come on top (notebook 01).
 
 # %%
-T4_BYTES = 15_360 * MIB  # a Tesla T4 as nvidia-smi reports it
-budget = machine.gpu_memory_bytes or T4_BYTES
+budget = machine.gpu_memory_bytes or gpu_bytes(card)
+where = "this card" if machine.gpus else f"a {card}, as there is no GPU here"
 recipes = {
     "full fine-tune, fp32 + AdamW": 2 * bytes_per_param["fp32"] + adam_bytes_per_param,
     "LoRA on a 16-bit model": bytes_per_param["bf16"],
     "QLoRA on a 4-bit NF4 model": bytes_per_param["nf4"],
 }
-print(f"budget: {budget / GIB:.1f} GiB ({'this card' if machine.gpus else 'a T4, since there is no GPU here'})")
+max_params_b = {recipe: budget / cost / 1e9 for recipe, cost in recipes.items()}  # billions of parameters
+print(f"budget: {budget / GIB:.2f} GiB ({where})")
 for recipe, cost in recipes.items():
-    print(f"{recipe:30} {cost:6.2f} bytes/param -> at most {budget / cost / 1e9:5.1f}B parameters")
-helpers.record("max_params_b_qlora", round(budget / recipes["QLoRA on a 4-bit NF4 model"] / 1e9, 1))
+    seven_b = 7e9 * cost / GIB  # what a 7B model costs in this recipe, before activations
+    print(
+        f"{recipe:29} {cost:6.2f} bytes/param -> at most {max_params_b[recipe]:5.1f}B parameters; "
+        f"a 7B model needs {seven_b:6.1f} GiB"
+    )
+
+# %%
+import matplotlib.pyplot as plt
+
+fig, ax = plt.subplots(figsize=(7, 2.6))
+ax.barh(list(max_params_b), list(max_params_b.values()), color=["tab:red", "tab:orange", "tab:green"])
+ax.axvline(7, color="black", ls="--", label="a 7B model")
+ax.set(xlabel="largest model, billions of parameters (before activations)", title=f"what fits {where}")
+ax.invert_yaxis()
+ax.legend(fontsize=8)
+plt.show()
 
 # %% [markdown]
-# Read the last column against a 7B model: a full fine-tune is out of reach by an order of
-# magnitude, LoRA on 16-bit weights is borderline once activations arrive, and QLoRA leaves room
-# to spare. That is the arithmetic behind the whole course.
+# **What to see:** only bars past the dashed line hold a 7B model's weights. On a T4, a full
+# fine-tune stops under 1B parameters, LoRA in 16 bits reaches about 8B with nothing left for
+# activations, QLoRA about 30B: room to train a 7B (notebook 05).
 #
 # ## Load a model
 #
-# `load_model` loads the model the notebook asks for. When there is no GPU, no internet, or the
-# runner asked for a smoke run, it says so in a banner and loads the kit's embedded tiny model
-# instead, so every cell still runs and every figure is still measured.
+# `load_model` loads the model asked for; with no GPU, no internet or `smoke = True` it says so and
+# loads the course's small model (pre-trained on the course text), so every cell runs.
 
 # %%
 from helpers.models import is_embedded, load_model
 
 model, tokenizer = load_model(model_id, smoke=smoke)
 n_params = sum(p.numel() for p in model.parameters())
-weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-name = "the embedded tiny model" if is_embedded(model) else model_id
-print(
-    f"{name}: {n_params:,} parameters, {weight_bytes / MIB:.2f} MiB of weights "
-    f"({weight_bytes / n_params:.1f} bytes per parameter in {model.dtype})"
-)
-helpers.record("model", "embedded" if is_embedded(model) else model_id)
-helpers.record("model_params", n_params)
+name = "the course's small model" if is_embedded(model) else model_id
+print(f"{name}: {n_params:,} parameters in {model.dtype}")
 
 # %% [markdown]
-# And the course dataset every notebook trains on: instruction/response pairs about training on a
-# budget, written for this kit.
+# Underneath is plain transformers; loading the docs' way gives the same model:
 
 # %%
-from helpers.data import load_course_data
+from transformers import AutoModelForCausalLM
 
-data = load_course_data()
-print(data)
-print(data[0])
-helpers.record("dataset_rows", len(data))
+plain = AutoModelForCausalLM.from_pretrained(model.name_or_path, dtype=model.dtype)  # files already on disk
+plain_params = sum(p.numel() for p in plain.parameters())
+same_weights = all(
+    torch.equal(a.cpu(), b.cpu()) for a, b in zip(plain.state_dict().values(), model.state_dict().values())
+)
+print(f"from_pretrained: {plain_params:,} parameters; identical weights: {same_weights}")
+del plain
 
 # %% [markdown]
+# The course dataset (instruction/response pairs written for this kit): `load_course_data()` is one
+# line of `datasets`:
+
+# %%
+from datasets import load_dataset
+
+from helpers.data import DATASET_PATH, load_course_data
+
+data = load_dataset("json", data_files=str(DATASET_PATH), split="train")  # the plain call
+print(data)
+print("same rows as load_course_data():", data[:] == load_course_data()[:])
+print(data[0])
+
+# %% [markdown]
+# How well does the model know this text? Its loss is the average of -ln(probability of each next
+# token), in nats per token; guessing uniformly over the vocabulary scores ln(vocabulary size):
+
+# %%
+import math
+
+tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token  # some tokenizers ship without one
+rows = [r["instruction"] + "\n" + r["response"] for r in data.select(range(8))]
+batch = tokenizer(rows, return_tensors="pt", padding=True).to(model.device)
+labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)  # no loss on padding
+with torch.no_grad():
+    base_loss = model(**batch, labels=labels).loss.item()
+chance_loss = math.log(len(tokenizer))
+print(
+    f"loss on 8 course rows: {base_loss:.2f} nats per token; uniform guessing: ln {len(tokenizer):,} = {chance_loss:.2f}"
+)
+
+# %% [markdown]
+# Far below chance: the model knows the course's words, not yet its question-and-answer format;
+# the next notebooks fine-tune it on that format.
+#
 # ## Quick checks
 #
-# Four questions on this notebook. In each cell below, replace `None` with your answer and run the
-# cell: it answers at once, with a hint when the answer is not right yet and the explanation when
-# it is. Each check prints a receipt (question, attempt, result) that stays in the notebook.
-#
-# If your instructor grades these, the answers written in these cells are what counts: keep each
-# one in its `answer_...` line, run all the cells, then download the notebook (File > Download >
-# Download .ipynb) and hand it in. Start with your student id: the last question gives each
-# student their own numbers.
+# Replace `None` with your answer and run the cell: it answers at once. If your instructor grades
+# these, set your student id, run all the cells, then download the notebook (File > Download >
+# Download .ipynb) and hand it in.
 
 # %%
 # QUICK CHECK student
@@ -298,15 +331,44 @@ answer_q00_4 = None  # a number, from your own numbers (set student_id first)
 check("q00_4", answer_q00_4, student_id=student_id)
 
 # %% [markdown]
+# The next cell saves this run's figures for the course's own tests; you can skip it.
+
+# %% tags=["record"]
+helpers.record("platform", machine.platform)
+helpers.record("gpu_name", machine.gpus[0].name if machine.gpus else "none")
+helpers.record("gpu_memory_gib", round(machine.gpu_memory_bytes / GIB, 2))
+helpers.record("gpu_count", len(machine.gpus))
+helpers.record("t4_gib", {"nvidia_smi": round(t4_smi_bytes / GIB, 3), "pytorch": round(t4_torch_bytes / GIB, 3)})
+helpers.record("t4_gb", {"nvidia_smi": round(t4_smi_bytes / 1e9, 3), "pytorch": round(t4_torch_bytes / 1e9, 3)})
+helpers.record("precision", machine.precision.name)
+helpers.record("four_bit_ok", four_bit_ok)
+helpers.record("bytes_per_param", {k: round(v, 4) for k, v in bytes_per_param.items()})
+helpers.record("nf4_bits_per_param", round(8 * bytes_per_param["nf4"], 4))
+helpers.record("adamw_bytes_per_param", round(adam_bytes_per_param, 3))
+helpers.record("budget_gib", round(budget / GIB, 3))
+helpers.record("max_params_b", {k: round(v, 2) for k, v in max_params_b.items()})
+helpers.record("max_params_b_qlora", round(max_params_b["QLoRA on a 4-bit NF4 model"], 1))
+helpers.record("model", "embedded" if is_embedded(model) else model_id)
+helpers.record("model_params", n_params)
+helpers.record("plain_load_same_weights", same_weights and plain_params == n_params)
+helpers.record("dataset_rows", len(data))
+helpers.record("base_loss", round(base_loss, 4))
+helpers.record("chance_loss", round(chance_loss, 4))
+
+# %% [markdown]
 # ## In this notebook we:
 #
-# - compared free, rented and university GPU options, and when each is the right one;
-# - read the platform, card, memory and compute capability of this runtime;
-# - chose the training precision from the compute capability, not from `is_bf16_supported()`;
-# - checked that 4-bit quantization works here with a real round trip;
-# - measured the per-parameter cost of fp32, bf16 and NF4 weights and of AdamW's state, and turned
-#   them into the largest model each recipe can train on this card;
-# - loaded a model and the course dataset, with the embedded fallback when the real one can't run;
-# - checked what we learned with four quick checks.
+# - compared free, rented and university GPU time, each fact with its source and date;
+# - told GB (10^9 bytes, vendors) from GiB (2^30 bytes, the code);
+# - chose this card's precision from its compute capability, and checked 4-bit here;
+# - measured the bytes a parameter costs and turned them into the largest model per recipe: on a
+#   T4 only QLoRA leaves a 7B model room;
+# - loaded a model and the dataset with the kit and with plain transformers / datasets (same result).
 #
-# Next: notebook 01 opens the memory bill line by line, activations included.
+# ## Change this, predict, run
+#
+# 1. Set `card = "A100-80GB"` in the parameters cell (on a CPU runtime). Predict the largest full
+#    fine-tune it holds. Does a 7B fit? Run all.
+# 2. Set `nf4_blocksize = 256`. Will NF4's bits per parameter go up or down? Run all and compare.
+#
+# Next: notebook 01, the memory bill line by line.

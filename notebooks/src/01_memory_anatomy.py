@@ -2,15 +2,12 @@
 # # 01 · Memory anatomy: where every byte of a training step goes
 #
 # **Hardware:** any runtime; a T4 shows the GPU's own peak beside the exact count.
-# **Time:** about 2 minutes on a T4 including the install; about 15 seconds headless on a CPU.
+# **Time:** about 2 minutes on a T4 including the install; under 30 seconds on a CPU.
 #
-# "CUDA out of memory" tells you that a job did not fit, not why. This notebook takes one training
-# step apart and measures each line of its memory bill on the model at hand:
-#
-# 1. the **weights**, the **gradients** and the **optimizer states**, counted tensor by tensor;
-# 2. the **activations**: every tensor autograd keeps from the forward pass for the backward pass;
-# 3. the same bill **predicted** by the kit's estimator before anything runs, and its error;
-# 4. the estimator's answer for real models on a T4, and a plan that makes a 7B model fit.
+# "CUDA out of memory" says a job did not fit, not why. This notebook measures each line of one
+# training step's bill (weights, gradients, optimizer states, activations), predicts it from the
+# model's shape before anything runs, and plans a 7B fine-tune onto a T4, step by step. Sizes are in
+# MiB and GiB (2^20 and 2^30 bytes; notebook 00).
 
 # %% tags=["install"]
 # Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
@@ -21,17 +18,28 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 
 if not any(metadata.distributions(name="compute-realities-kit")):
     repo, ref = "compute-realities/finetune-kit", "main"
     if "KAGGLE_KERNEL_RUN_TYPE" in os.environ:  # Kaggle's internet may be off: say so now, not after pip's retries
-        try:
-            socket.create_connection(("github.com", 443), timeout=5).close()
-        except OSError:
+        reached = []  # the name lookup has no timeout of its own: the probe gets 10 s in all, in a thread
+
+        def probe():
+            try:
+                socket.create_connection(("github.com", 443), timeout=5).close()
+                reached.append(True)
+            except OSError:
+                pass
+
+        probing = threading.Thread(target=probe, daemon=True)
+        probing.start()
+        probing.join(10)
+        if not reached:
             raise RuntimeError(
                 "This Kaggle session has no internet. Open Settings > Internet, switch it On "
                 "(it needs a phone-verified account), then run this cell again."
-            ) from None
+            )
     runtime_pins = os.path.join(tempfile.mkdtemp(), "runtime-pins.txt")  # pip may not replace the runtime's torch
     with open(runtime_pins, "w") as f:
         f.writelines(f"torch=={d.version}\n" for d in metadata.distributions(name="torch"))
@@ -61,10 +69,14 @@ if not any(metadata.distributions(name="compute-realities-kit")):
     print("Installed.")
 
 # %% tags=["parameters"]
-smoke = False  # True: use the embedded tiny model whatever the machine (the runner's --smoke sets it)
+smoke = (
+    False  # True: use the small model that ships with the course, on any machine (quick; the course's own tests set it)
+)
 model_id = "HuggingFaceTB/SmolLM2-135M"  # a real small model; needs a GPU and the Hub
-batch_size = 4  # sequences per step
+per_device_batch = 4  # sequences per step
 seq_len = 256  # tokens per sequence: 4 x 256 = 1,024 tokens per step
+plan_model = "Mistral-7B"  # a model from the course catalog, for the plan at the end
+plan_card = "T4"  # the card to plan for: "T4", "L4", "A100-40GB", "A100-80GB", ...
 
 # %%
 # A helpers.py or helpers/ folder of yours would hide the kit's `helpers`: name it before anything imports it.
@@ -90,8 +102,8 @@ gpus_in_use = use_one_gpu()  # 1 on a GPU machine (one of Kaggle's two T4s), 0 w
 # %% [markdown]
 # ## The model and one batch
 #
-# The batch is the course dataset's text, tokenized and cut into `batch_size` rows of `seq_len`
-# tokens (no padding, as in packed training), so every row costs the same.
+# The batch is the course dataset's text, tokenized and cut into `per_device_batch` rows of
+# `seq_len` tokens (no padding, as in packed training), so every row costs the same.
 
 # %%
 import torch
@@ -107,36 +119,36 @@ print(machine.summary())
 model, tokenizer = load_model(model_id, smoke=smoke)
 device = next(model.parameters()).device
 text = "\n\n".join(load_course_data()["response"])
-ids = tokenizer(text, verbose=False)["input_ids"][: batch_size * seq_len]  # one long text, cut below
-batch = torch.tensor(ids, device=device).view(batch_size, seq_len)
+ids = tokenizer(text, verbose=False)["input_ids"][: per_device_batch * seq_len]  # one long text, cut below
+batch = torch.tensor(ids, device=device).view(per_device_batch, seq_len)
 n_params = sum(p.numel() for p in model.parameters())
 print(
-    f"{'embedded tiny model' if is_embedded(model) else model_id}: {n_params:,} parameters; "
+    f"{'the course small model' if is_embedded(model) else model_id}: {n_params:,} parameters; "
     f"batch {tuple(batch.shape)} = {batch.numel():,} tokens"
 )
-helpers.record("model_params", n_params)
 
 # %% [markdown]
 # ## Measure one training step
 #
-# `measure` wraps a block of code and counts, exactly: the bytes of the parameters, of their
-# gradients and of AdamW's states when the block ends, and the bytes autograd held for the
-# backward pass at the block's peak (through saved-tensor hooks: every saved tensor, each storage
-# once, parameters excluded). On a GPU it also reads the allocator's peak.
+# A step in plain PyTorch: forward, loss, backward, AdamW. `measure` counts the bytes of parameters,
+# gradients and AdamW states, and the bytes autograd held for backward at its peak (on a GPU, the
+# allocator's peak too). Each measured step follows an unmeasured warm-up step.
 
 # %%
 from helpers.memory import measure
 
 
 def train_step(model, label, autocast_dtype=None):
-    """One forward, backward and AdamW step on `batch`, measured; fresh optimizer each time."""
+    """One warm-up step, then one forward, backward and AdamW step on `batch`, measured."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    model.zero_grad(set_to_none=True)
-    with measure(label, model=model, optimizer=optimizer) as readout:
-        with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
-            loss = model(input_ids=batch, labels=batch).loss
-        loss.backward()
-        optimizer.step()
+    for _ in range(2):  # the first pass is the warm-up; the second one's readout is returned
+        model.zero_grad(set_to_none=True)
+        optimizer.state.clear()  # each step starts from nothing, so AdamW's states appear in the count
+        with measure(label, model=model, optimizer=optimizer) as readout:
+            with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+                loss = model(input_ids=batch, labels=batch).loss
+            loss.backward()
+            optimizer.step()
     return readout
 
 
@@ -145,16 +157,12 @@ fp32 = train_step(model, "fp32")
 print(fp32)
 
 # %% [markdown]
-# Four lines make the bill. The weights are 4 bytes per parameter in fp32. The gradients are the
-# same size again. AdamW keeps two running averages per parameter: 8 bytes. Activations depend
-# on the batch, the sequence length and the architecture, and on a small model they are often the
-# largest line of all.
+# Weights: 4 bytes a parameter in fp32; gradients the same; AdamW two running averages, 8 bytes.
+# Activations depend on batch, sequence length and architecture.
 #
 # ## The estimator, before anything runs
 #
-# `estimate_training_memory` predicts the same lines from the model's configuration alone: it
-# walks one decoder layer op by op (norms, projections, rotary embedding, attention, MLP) and adds
-# what each op saves for backward, in the dtype it saves it in. Side by side with the measurement:
+# `estimate_training_memory` predicts the same lines from the configuration alone, op by op:
 
 # %%
 from helpers.estimate import estimate_training_memory
@@ -163,8 +171,8 @@ where = "cuda" if device.type == "cuda" else "cpu"  # dropout masks and kernels 
 
 
 def predicted_vs_measured(readout, **settings):
-    """A table of each component: measured, predicted, error."""
-    e = estimate_training_memory(model.config, batch_size=batch_size, seq_len=seq_len, device=where, **settings)
+    """Print each component measured, predicted, and the error; return the estimate and the errors."""
+    e = estimate_training_memory(model.config, batch_size=per_device_batch, seq_len=seq_len, device=where, **settings)
     print(f"{readout.label}: {'component':12} {'measured MiB':>13} {'predicted MiB':>14} {'error':>8}")
     errors = {}
     for name in ("weights", "gradients", "optimizer", "activations"):
@@ -175,32 +183,27 @@ def predicted_vs_measured(readout, **settings):
 
 
 estimate_fp32, errors_fp32 = predicted_vs_measured(fp32, precision="fp32")
-helpers.record("activations_mib_fp32", round(fp32["activations"] / MIB, 3))
-helpers.record("activation_error_pct_fp32", round(100 * errors_fp32["activations"], 3))
 
 # %% [markdown]
-# The weights, gradients and optimizer lines match to the byte (AdamW also keeps a 4-byte step
-# counter per tensor, which the estimator leaves out). The activation line is where every other
-# tool guesses; here it is computed from the architecture and lands within a fraction of a percent.
+# Weights and gradients match to the byte; the optimizer line misses only AdamW's 4-byte step counter
+# per tensor; read the activation error in the last column.
 #
 # ## Where the activations go
 #
-# The estimator can say which parts of the model hold them. Note the loss's line: it keeps the
-# log-probabilities of every token over the whole vocabulary, in fp32, whatever the precision.
+# Note the loss's line: log-probabilities of every token over the whole vocabulary, in fp32.
 
 # %%
 parts = sorted(estimate_fp32.activation_parts.items(), key=lambda kv: -kv[1])
 total = estimate_fp32.activations
 for name, b in parts:
     print(f"{name:28} {b / MIB:9.2f} MiB  {100 * b / total:5.1f}%")
-helpers.record("loss_logprobs_share_pct", round(100 * estimate_fp32.activation_parts["loss log-probs"] / total, 1))
+loss_share = estimate_fp32.activation_parts["loss log-probs"] / total
 
 # %% [markdown]
 # ## Two techniques, measured and predicted
 #
-# Mixed precision runs the matrix multiplications in 16 bits, so most activations shrink to 2
-# bytes (notebook 02). Gradient checkpointing keeps only each layer's input and recomputes the rest
-# during backward (notebook 03). Measure both on the same batch:
+# Mixed precision computes in 16 bits (notebook 02); checkpointing keeps each layer's input and
+# recomputes the rest in backward (notebook 03). Both on the same batch:
 
 # %%
 from helpers.memory import compare, plot
@@ -215,79 +218,113 @@ model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reen
 checkpointed = train_step(model, f"{label} + checkpointing", autocast_dtype=half)
 model.activation_checkpointing_disable()
 estimate_ckpt, errors_ckpt = predicted_vs_measured(checkpointed, precision=label, checkpointing=True)
-
-print(
-    f"\n{label} activations are {mixed['activations'] / fp32['activations']:.2f} x fp32's; "
-    f"with checkpointing {checkpointed['activations'] / fp32['activations']:.2f} x\n"
-)
+print()
 print(compare([fp32, mixed, checkpointed]))
-helpers.record("activations_mib_mixed", round(mixed["activations"] / MIB, 3))
-helpers.record("activations_mib_checkpointed", round(checkpointed["activations"] / MIB, 3))
-helpers.record(
-    "activation_error_pct_worst",
-    round(100 * max(abs(e["activations"]) for e in (errors_fp32, errors_mixed, errors_ckpt)), 3),
-)
 
 # %%
 ax = plot([fp32, mixed, checkpointed])
-_ = ax.set_title("One training step, measured")
+_ = ax.set_title("one training step, measured")
 
 # %% [markdown]
-# Why does mixed precision not halve the activations? Under autocast the residual stream, the
-# norms and the loss's log-probabilities stay in fp32, and each matrix multiplication keeps a
-# 16-bit copy of its fp32 weight for the backward pass (the estimator's "weight casts" line).
-# Checkpointing cuts much deeper, at the price of a second forward pass through each layer during
-# backward: compare the time row.
-#
+# **What to see:** only the activations move. Mixed precision trims them but does not halve them
+# (norms, residual stream and log-probabilities stay fp32; projections keep 16-bit weight copies);
+# checkpointing cuts deeper. Its price is a second forward pass per layer. The time row above
+# includes the counting hooks, so time the steps without them, median of 3; on a busy CPU, rerun if
+# the ratio looks off.
+
+# %%
+import statistics
+import time
+
+
+def step_seconds(autocast_dtype=None, repeats=3):
+    """Median wall time of `repeats` forward + backward passes on `batch` (no optimizer, no hooks)."""
+    times = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+            loss = model(input_ids=batch, labels=batch).loss
+        loss.backward()
+        if device.type == "cuda":
+            torch.cuda.synchronize()  # wait for the GPU before reading the clock
+        times.append(time.perf_counter() - start)
+        model.zero_grad(set_to_none=True)
+    return statistics.median(times)
+
+
+timed = {label: step_seconds(half)}
+model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+timed[f"{label} + checkpointing"] = step_seconds(half)
+model.activation_checkpointing_disable()
+for name, seconds in timed.items():
+    print(f"{name:22} {1000 * seconds:7.1f} ms per forward + backward")
+checkpointing_time_ratio = timed[f"{label} + checkpointing"] / timed[label]
+print(
+    f"checkpointing takes {checkpointing_time_ratio:.2f} x the time for {checkpointed['activations'] / mixed['activations']:.2f} x the activations"
+)
+
+# %% [markdown]
 # ## Real models on a real card, before loading them
 #
-# The estimator needs no weights, only shapes, so it can answer for models far too large for this
-# machine. On a GPU the peak also holds what is not saved for backward (the logits at the end of
-# the forward, one recomputed layer when checkpointing), plus the CUDA context and the allocator's
-# slack; `total` adds them up and `fits` compares with the card.
+# The estimator needs only shapes. On a GPU, `total` adds what is not saved for backward (logits,
+# one recomputed layer), the CUDA context and the allocator's slack; `fits` compares with the card.
 
 # %%
 for name in ("SmolLM2-135M", "Qwen2.5-0.5B", "Qwen2.5-1.5B"):
     e = estimate_training_memory(name, batch_size=4, seq_len=512, precision="fp16")
-    print(
-        f"{name:13} full fine-tune, fp16 mixed, 4 x 512 tokens: {e.total / GIB:6.2f} GiB -> fits a T4: {e.fits('T4')}"
-    )
+    print(f"{name:13} full fine-tune, fp16, 4 x 512 tokens: {e.total / GIB:6.2f} GiB -> fits a T4: {e.fits('T4')}")
 
 # %% [markdown]
 # ## A plan for a 7B model on a T4
 #
-# `plan` applies techniques in order of what they cost until the job fits: mixed precision, then
-# checkpointing, then a smaller per-device batch with gradient accumulation (the effective batch
-# stays the same), then an 8-bit optimizer, then LoRA, then QLoRA.
+# `plan` starts from the job as asked (a full fine-tune in fp32, 4 x 512 tokens) and applies
+# techniques in order of cost until it fits: mixed precision, gradient checkpointing, a smaller
+# micro-batch with gradient accumulation (left out when it would not lower the estimate), an 8-bit
+# optimizer, LoRA, QLoRA. The table lists the steps taken.
 
 # %%
 from helpers.plan import format_plan, plan
 
-steps = plan("Mistral-7B", "T4", batch_size=4, seq_len=512)
-print(format_plan(steps, "T4"))
-helpers.record("plan_7b_t4_last_step", steps[-1].technique)
-helpers.record("plan_7b_t4_total_gib", round(steps[-1].estimate.total / GIB, 2))
+steps = plan(plan_model, plan_card, per_device_batch=4, seq_len=512, precision="fp32")
+print(f"{plan_model}, full fine-tune, 4 x 512 tokens, starting in fp32")
+print(format_plan(steps, plan_card))
+ladder = ["mixed precision", "gradient checkpointing", "gradient accumulation", "8-bit optimizer", "LoRA", "QLoRA"]
+taken = [s.technique for s in steps]
+last = max(ladder.index(t) for t in taken[1:]) if len(taken) > 1 else -1
+skipped = [t for t in ladder[: last + 1] if t not in taken]
+print("tried and left out, since it would not lower the estimate:", ", ".join(skipped) or "nothing")
+
+# %%
+import matplotlib.pyplot as plt
+
+from helpers.catalog import gpu_bytes
+
+card_gib = gpu_bytes(plan_card) / GIB
+totals_gib = [s.estimate.total / GIB for s in steps]
+fig, ax = plt.subplots(figsize=(8, 3.2))
+ax.bar(taken, totals_gib, color=["tab:green" if s.fits else "tab:red" for s in steps])
+ax.axhline(card_gib, color="black", ls="--", label=f"{plan_card}: {card_gib:.2f} GiB")
+for i, t in enumerate(totals_gib):
+    ax.annotate(f"{t:.1f}", (i, t), ha="center", va="bottom", fontsize=8)
+ax.set_yscale("log")  # 100 GiB and 7 GiB on one axis
+ax.set(ylabel="predicted total (GiB, log scale)", title=f"{plan_model} on a {plan_card}, one technique at a time")
+ax.tick_params(axis="x", labelrotation=20)
+ax.legend(fontsize=8)
+plt.show()
 
 # %% [markdown]
-# Every technique short of QLoRA leaves a 7B model above a T4's 14.75 GiB: its weights alone are
-# 27 GiB in fp32 and 13.5 GiB in 16 bits, before a single activation. In 4 bits they take under
-# 5 GiB, with room left to train. Notebooks 02 to 05 take
-# each step of this plan apart, and notebook 08 runs it.
-#
-# The same answer from a terminal, in well under a second:
-#
-# ```
-# python -m helpers plan --model Mistral-7B --gpu T4 --seq-len 512 --batch-size 4
-# ```
+# **What to see:** bars above the dashed line do not fit. At 7B the bill is about 16 bytes a parameter
+# of fp32 weights, gradients and AdamW states: mixed precision and checkpointing, which shrink only
+# activations, barely move it. The 8-bit optimizer cuts the states; only 4-bit weights (QLoRA) get
+# under the line. From a terminal: `python -m helpers plan --model Mistral-7B --gpu T4 --seq-len 512`.
 #
 # ## The allocation timeline, on a GPU
 #
-# `measure` gives totals. PyTorch can also record every allocation and free of one step, each with
-# the line of code that made it, and draw them as a timeline: the weights as a flat band, the
-# activations rising through the forward pass and falling through backward, AdamW's states
-# appearing at the first `optimizer.step()`. The cell below records one fp32 step and saves the
-# snapshot; download `build/memory_snapshot.pickle` and drop it on https://pytorch.org/memory_viz
-# (it runs in your browser; nothing is uploaded). On a CPU it says so and skips.
+# On a GPU, PyTorch records every allocation of one step; the cell saves
+# `build/memory_snapshot.pickle` for https://pytorch.org/memory_viz (it runs in your browser). On a
+# CPU it skips.
 
 # %%
 from pathlib import Path
@@ -306,9 +343,9 @@ else:
 # %% [markdown]
 # ## Quick checks
 #
-# Three questions on this notebook. In each cell below, replace `None` with your answer and run the
-# cell: it answers at once, with a hint when the answer is not right yet and the explanation when
-# it is. Set your student id first: the last two questions give each student their own numbers.
+# Replace `None` with your answer and run the cell: it answers at once. If your instructor grades
+# these, set your student id, run all the cells, then download the notebook (File > Download >
+# Download .ipynb) and hand it in.
 
 # %%
 # QUICK CHECK student
@@ -331,11 +368,56 @@ check("q01_2", answer_q01_2, student_id=student_id)
 answer_q01_3 = None  # a number, from your own numbers
 check("q01_3", answer_q01_3, student_id=student_id)
 
+# %%
+# QUICK CHECK q01_4
+answer_q01_4 = None  # one letter, in quotes
+check("q01_4", answer_q01_4)
+
+# %% [markdown]
+# The next cell saves this run's figures for the course's own tests; you can skip it.
+
+# %% tags=["record"]
+readouts = {"fp32": fp32, "mixed": mixed, "checkpointed": checkpointed}
+helpers.record("model_params", n_params)
+helpers.record(
+    "bill_mib",
+    {
+        k: {n: round(r[n] / MIB, 3) for n in ("weights", "gradients", "optimizer", "activations")}
+        for k, r in readouts.items()
+    },
+)
+helpers.record("step_seconds", {k: round(v, 5) for k, v in timed.items()})
+helpers.record("checkpointing_time_ratio", round(checkpointing_time_ratio, 3))
+helpers.record("activations_mib_fp32", round(fp32["activations"] / MIB, 3))
+helpers.record("activations_mib_mixed", round(mixed["activations"] / MIB, 3))
+helpers.record("activations_mib_checkpointed", round(checkpointed["activations"] / MIB, 3))
+helpers.record("activation_error_pct_fp32", round(100 * errors_fp32["activations"], 3))
+helpers.record(
+    "activation_error_pct_worst",
+    round(100 * max(abs(e["activations"]) for e in (errors_fp32, errors_mixed, errors_ckpt)), 3),
+)
+helpers.record("weight_error_pct", round(100 * errors_fp32["weights"], 6))
+helpers.record("loss_logprobs_share_pct", round(100 * loss_share, 1))
+helpers.record("plan_steps", taken)
+helpers.record("plan_skipped", skipped)
+helpers.record("plan_totals_gib", [round(t, 2) for t in totals_gib])
+helpers.record("plan_fits", [s.fits for s in steps])
+helpers.record("plan_card_gib", round(card_gib, 3))
+helpers.record("plan_7b_t4_last_step", steps[-1].technique)
+helpers.record("plan_7b_t4_total_gib", round(steps[-1].estimate.total / GIB, 2))
+
 # %% [markdown]
 # ## In this notebook we:
 #
-# - measured one training step line by line: weights, gradients, AdamW states and activations;
-# - predicted the same lines from the configuration alone, with the error beside each;
-# - saw where activations go, and that the loss's fp32 log-probabilities are a large share;
-# - measured what mixed precision and gradient checkpointing save, and predicted it;
-# - asked the estimator about real models on a T4, and got a plan that fits a 7B model.
+# - measured one step's bill line by line, and predicted it from the configuration alone;
+# - saw the loss's fp32 log-probabilities take a large share of a small model's activations;
+# - measured what mixed precision and checkpointing save, and timed checkpointing's cost;
+# - planned a 7B fine-tune onto a T4: only 4-bit weights get under the card's line.
+#
+# ## Change this, predict, run
+#
+# 1. Set `seq_len = 512` in the parameters cell. Which bars of the "one training step" plot grow,
+#    and by how much? Run all and compare.
+# 2. Set `plan_card = "A100-80GB"`. At which step does the plan stop now? Run all.
+#
+# Next: notebook 02, mixed precision.

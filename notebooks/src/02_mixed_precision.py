@@ -1,19 +1,12 @@
 # %% [markdown]
 # # 02 · Mixed precision: fp32, fp16 and bf16, measured
 #
-# **Hardware:** any runtime. On a T4 it measures fp32, fp16 and bf16 for real; on an A100 or L4 too;
-# on a CPU it measures fp32 against bf16 autocast on the embedded tiny model.
-# **Time:** about 2 minutes on a T4 including the install; under 20 seconds headless on a CPU.
+# **Hardware:** any runtime. On a T4 it measures fp32, fp16 and bf16; on a CPU, fp32 against bf16 on
+# the small model that ships with the course.
+# **Time:** about 2 minutes on a T4 including the install; under 30 seconds on a CPU.
 #
-# The claim to test: training in 16 bits instead of 32 halves the memory of what it covers and,
-# on a GPU with tensor cores, runs faster. There are two 16-bit formats, and a free T4 supports
-# only one of them well. This notebook:
-#
-# 1. shows what each format can and cannot represent, and the two ways fp16 breaks (overflow and
-#    underflow);
-# 2. shows what loss scaling does about it, with PyTorch's own `GradScaler`;
-# 3. measures weights, activations and step time in each precision on this machine;
-# 4. picks the precision for this card, and trains a few steps with it.
+# Claim: 16 bits halve the memory of what they cover, and run faster on a GPU. Below: how fp16 breaks,
+# memory and time per precision, and a fine-tune with the Trainer recipe written out.
 
 # %% tags=["install"]
 # Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
@@ -24,17 +17,28 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 
 if not any(metadata.distributions(name="compute-realities-kit")):
     repo, ref = "compute-realities/finetune-kit", "main"
     if "KAGGLE_KERNEL_RUN_TYPE" in os.environ:  # Kaggle's internet may be off: say so now, not after pip's retries
-        try:
-            socket.create_connection(("github.com", 443), timeout=5).close()
-        except OSError:
+        reached = []  # the name lookup has no timeout of its own: the probe gets 10 s in all, in a thread
+
+        def probe():
+            try:
+                socket.create_connection(("github.com", 443), timeout=5).close()
+                reached.append(True)
+            except OSError:
+                pass
+
+        probing = threading.Thread(target=probe, daemon=True)
+        probing.start()
+        probing.join(10)
+        if not reached:
             raise RuntimeError(
                 "This Kaggle session has no internet. Open Settings > Internet, switch it On "
                 "(it needs a phone-verified account), then run this cell again."
-            ) from None
+            )
     runtime_pins = os.path.join(tempfile.mkdtemp(), "runtime-pins.txt")  # pip may not replace the runtime's torch
     with open(runtime_pins, "w") as f:
         f.writelines(f"torch=={d.version}\n" for d in metadata.distributions(name="torch"))
@@ -64,12 +68,15 @@ if not any(metadata.distributions(name="compute-realities-kit")):
     print("Installed.")
 
 # %% tags=["parameters"]
-smoke = False  # True: use the embedded tiny model whatever the machine (the runner's --smoke sets it)
+smoke = (
+    False  # True: use the small model that ships with the course, on any machine (quick; the course's own tests set it)
+)
 model_id = "HuggingFaceTB/SmolLM2-135M"  # a real small model; needs a GPU and the Hub
 per_device_batch = 4  # sequences per micro-batch
 seq_len = 256  # tokens per sequence: 4 x 256 = 1,024 tokens per step
 timing_steps = 3  # training steps timed per precision; the median is reported
-max_steps = 20  # optimizer steps of the short training run at the end
+max_steps = 20  # optimizer steps of the fine-tune at the end (the course's own tests run 4)
+learning_rate = 5e-4  # of that fine-tune
 
 # %%
 # A helpers.py or helpers/ folder of yours would hide the kit's `helpers`: name it before anything imports it.
@@ -95,7 +102,7 @@ gpus_in_use = use_one_gpu()  # 1 on a GPU machine (one of Kaggle's two T4s), 0 w
 # %% [markdown]
 # ## Where this runs
 #
-# The card decides which 16-bit format is worth using, so first find out which card this is.
+# The card decides which 16-bit format to use:
 
 # %%
 import helpers
@@ -104,15 +111,12 @@ from helpers.env import describe
 
 machine = describe()
 print(machine.summary())
-helpers.record("precision", machine.precision.name)
 
 # %% [markdown]
 # ## Three formats, side by side
 #
-# A floating-point number spends its bits on a *range* (how large and how small it can get) and a
-# *precision* (how finely it can tell two nearby numbers apart). fp32 has plenty of both. fp16
-# keeps good precision but a narrow range; bf16 keeps fp32's range and gives up precision. Ask
-# PyTorch for the limits instead of memorizing them:
+# A float spends its bits on *range* (how large, how small) and *precision* (how fine). fp16 keeps
+# precision but a narrow range; bf16 keeps fp32's range and gives up precision:
 
 # %%
 import torch
@@ -125,11 +129,9 @@ for name, dtype in formats.items():
         f"{name}: {info.bits} bits, largest {info.max:.4g}, smallest above zero {smallest:.3g}, "
         f"gap after 1.0 {info.eps:.3g}"
     )
-helpers.record("fp16_max", torch.finfo(torch.float16).max)
 
 # %% [markdown]
-# fp16's largest number is 65504. Anything beyond it becomes infinity: an activation, a dot
-# product inside attention, or a gradient.
+# Past 65504, fp16 gives infinity: to an activation, an attention score or a gradient.
 
 # %%
 big = torch.tensor(70000.0)
@@ -147,20 +149,14 @@ print(
 scores = torch.tensor([(row.half() @ row.half().T).item(), 1.0])  # an attention row holding that score
 probabilities = torch.softmax(scores, dim=0)
 print("softmax over those scores:", probabilities.tolist())
-helpers.record("softmax_of_inf_is_nan", bool(probabilities.isnan().all()))
-helpers.record("fp16_overflows_past_max", bool(torch.isinf(big.half())))
-helpers.record("bf16_of_70000", big.bfloat16().item())
 
 # %% [markdown]
-# bf16 stores 70000 as 70144: coarse, but finite. The infinity is worse than it looks: the next
-# softmax turns the whole row into `nan`, and a `nan` spreads to the loss and from there to every
-# weight.
+# bf16 stores 70000 as 70144: coarse, but finite. The fp16 infinity turns the softmax into `nan`,
+# which spreads to the loss and every weight.
 #
 # ## The other end: gradients that vanish
 #
-# Late in the backward pass, gradients are products of many small factors. fp16 cannot hold
-# anything below about 6e-8; smaller values *underflow* to exactly zero, and that weight stops
-# learning. Here one weight's gradient is 1e-4 x 1e-4 = 1e-8, computed in fp16:
+# Below about 6e-8, fp16 *underflows* to zero. One gradient of 1e-4 x 1e-4 = 1e-8:
 
 # %%
 x = torch.full((4,), 1e-4, dtype=torch.float16)  # a small activation
@@ -175,13 +171,12 @@ def loss_of(w, scale=1.0):
 
 loss_of(w32).backward()
 loss_of(w16).backward()
-print("gradient in fp32:", w32.grad[0].item(), "| the same gradient in fp16:", w16.grad[0].item())
-helpers.record("fp16_grad_without_scaling", w16.grad[0].item())
+fp16_grad = w16.grad[0].item()
+print("gradient in fp32:", w32.grad[0].item(), "| the same gradient in fp16:", fp16_grad)
 
 # %% [markdown]
-# **Loss scaling** is the fix. Multiply the loss by a large number S before the backward pass:
-# every gradient is S times larger, high enough for fp16 to hold. Then divide the gradients by S
-# in fp32, where the small value is safe, before the optimizer uses them.
+# **Loss scaling** is the fix: multiply the loss by a large S before backward, so the gradients fit
+# in fp16, then divide them by S in fp32 before the optimizer step.
 
 # %%
 scale = 2.0**16
@@ -193,15 +188,11 @@ print(
     f"fp16 gradient with the loss x {scale:.0f}: {w16.grad[0].item():.4g}; divided back in fp32: "
     f"{recovered:.4g} (fp32 reference {w32.grad[0].item():.4g}, relative error {error:.1e})"
 )
-helpers.record("loss_scaled_grad_relative_error", error)
 
 # %% [markdown]
-# A fixed S would sometimes be too large: the scaled gradients would overflow instead. PyTorch's
-# `GradScaler` (what the Trainer uses when `fp16=True`) adjusts S as it goes. It checks the
-# gradients for infinities before each optimizer step; if it finds one, it **skips the step** and
-# halves S; after a run of clean steps (its growth interval) it doubles S again. Watch it on fp32
-# weights (mixed precision keeps a fp32 copy of the weights) with a forward pass in fp16, first on
-# a small activation, then on one large enough that the scaled gradient overflows:
+# A fixed S can be too large: the gradients overflow instead. `GradScaler` (the Trainer's, with
+# `fp16=True`) **skips the step** on an infinity and halves S, and doubles S after a run of clean
+# steps. A small activation, then one that overflows:
 
 # %%
 w = torch.nn.Parameter(torch.ones(4))  # fp32 master weights
@@ -225,20 +216,15 @@ for activation in (1e-4, 3e4):
         f"optimizer step {'taken' if stepped else 'SKIPPED'}, scale {s_before:.0f} -> {scaler.get_scale():.0f}"
     )
 print(f"S doubles again after {scaler.get_growth_interval()} clean steps in a row")
-helpers.record("overflow_step_skipped", not stepped)
-helpers.record("loss_scale_after_overflow", scaler.get_scale())
 
 # %% [markdown]
-# That is the whole price of fp16: a scaler that now and then throws a step away. bf16 has fp32's
-# range, so it needs no scaler at all, which is why it is the first choice on cards that run it
-# natively (compute capability 8.0 and up: A100, L4, H100). A T4 (7.5) runs fp16 on its tensor
-# cores; bf16 works there too, but emulated and slower, even though
-# `torch.cuda.is_bf16_supported()` answers True.
+# bf16 has fp32's range and needs no scaler: the first choice from compute capability 8.0. A T4
+# (7.5) runs fp16 on its tensor cores and only emulates bf16.
 #
 # ## Memory and speed on a real model
 #
-# Load the model in fp32 (mixed precision keeps fp32 weights and computes in 16 bits), and cut
-# the course dataset into `per_device_batch` sequences of `seq_len` tokens.
+# The model in fp32, and the course dataset as one token stream (an end-of-text token after each
+# row) cut into blocks of `seq_len`: `pack_course_data` from notebook 03 on.
 
 # %%
 from helpers.data import load_course_data
@@ -253,13 +239,14 @@ ids = [
     for r in tokenizer([r["instruction"] + "\n" + r["response"] for r in rows])["input_ids"]
     for t in r + [tokenizer.eos_token_id]
 ]  # every row, one long stream of tokens
-batch = torch.tensor(ids[: per_device_batch * seq_len], device=device).view(per_device_batch, seq_len)
-print(f"batch: {tuple(batch.shape)} tokens on {device}")
+blocks = torch.tensor(ids[: (len(ids) // seq_len) * seq_len]).view(-1, seq_len)  # (n_blocks, seq_len)
+batch = blocks[:per_device_batch].clone().to(device)  # a copy: a view would hold the whole stream's storage
+print(f"{len(blocks)} blocks of {seq_len} tokens; one batch: {tuple(batch.shape)} on {device}")
 
 # %% [markdown]
 # ### Weights
 #
-# Stored in 16 bits, a weight takes 2 bytes instead of 4. Convert a copy and count:
+# In 16 bits a weight takes 2 bytes, not 4:
 
 # %%
 import copy
@@ -270,22 +257,16 @@ weight_bytes["bf16"] = sum(p.nbytes for p in half_model.parameters())
 del half_model
 for name, b in weight_bytes.items():
     print(f"weights in {name}: {b / MIB:8.2f} MiB")
-print(f"ratio: {weight_bytes['bf16'] / weight_bytes['fp32']:.2f}")
-helpers.record("weights_mib", {k: round(v / MIB, 3) for k, v in weight_bytes.items()})
 
 # %% [markdown]
-# A caution the lesson's one-liner hides: the Trainer's `bf16=True` / `fp16=True` is *mixed*
-# precision. The weights stay in fp32, each matrix multiplication casts its inputs to 16 bits, so
-# the weights do **not** shrink; the activations do. The weights shrink when the model itself is
-# loaded in 16 bits, which is how `load_model` loads a model on a GPU and how LoRA runs on a
-# frozen model (notebook 05).
+# `bf16=True` / `fp16=True` is *mixed* precision: the weights stay in fp32 and each product casts
+# its inputs to 16 bits, so weights do **not** shrink (unless the model is loaded in 16 bits, as
+# LoRA does in notebook 05).
 #
 # ### Activations
 #
-# One training step in each precision, measured with `helpers.memory.measure`: the activations
-# are the bytes autograd keeps for the backward pass (exact, on any device), and on a GPU the
-# allocator's peak comes along. Autocast chooses per operation what runs in 16 bits; on a CPU
-# only bf16 autocast is what a GPU would do, so a CPU measures fp32 against bf16.
+# One step per precision, measured, beside the estimator (notebook 01); a CPU compares fp32 with
+# bf16 only (its fp16 autocast is not what a GPU does).
 
 # %%
 from helpers.estimate import estimate_training_memory
@@ -315,31 +296,23 @@ for name, dtype in precisions.items():
     readouts.append(readout)
 model.zero_grad(set_to_none=True)
 print(compare(readouts))
-
-# %% [markdown]
-# The estimator (`helpers.estimate`, notebook 01) predicts the same activation bytes from the
-# model's shape alone, before anything runs:
-
-# %%
-activations, predicted = {}, {}
-for r in readouts:
-    activations[r.label] = r["activations"]
-    predicted[r.label] = estimate_training_memory(
+activations = {r.label: r["activations"] for r in readouts}
+predicted = {
+    r.label: estimate_training_memory(
         model.config, batch_size=per_device_batch, seq_len=seq_len, precision=r.label, device=device.type
     ).activations
+    for r in readouts
+}
+for name in activations:
     print(
-        f"{r.label}: measured {activations[r.label] / MIB:7.2f} MiB, "
-        f"estimated {predicted[r.label] / MIB:7.2f} MiB, {activations[r.label] / activations['fp32']:.2f} x fp32"
+        f"{name}: activations measured {activations[name] / MIB:7.2f} MiB, estimated {predicted[name] / MIB:7.2f} MiB, "
+        f"{activations[name] / activations['fp32']:.2f} x fp32"
     )
-helpers.record("activations_mib", {k: round(v / MIB, 3) for k, v in activations.items()})
-helpers.record("activations_predicted_mib", {k: round(v / MIB, 3) for k, v in predicted.items()})
 
 # %% [markdown]
-# The whole step does not halve. Autocast keeps some operations in fp32 on purpose (the norms'
-# statistics, softmax, the loss's log-probabilities over the whole vocabulary, a large share for a
-# small model), and it adds a 16-bit copy of each weight and of each input a projection reads.
-# What it covers is halved. One MLP block shows it, on an input of the training batch's shape: in
-# fp32, with its weights in bf16, and under autocast (which adds those copies).
+# What autocast covers is halved, the whole step is not: norms, softmax and log-probabilities stay
+# fp32, and projections keep 16-bit copies of their inputs. One MLP block in fp32, with bf16 weights,
+# and under bf16 autocast:
 
 # %%
 from helpers.saved_tensors import track_saved_tensors
@@ -364,15 +337,11 @@ print(
     f"one MLP block saves {saved_fp32.bytes / MIB:.2f} MiB in fp32, {saved_bf16.bytes / MIB:.2f} MiB in bf16 "
     f"({mlp_ratio:.3f} x), {saved_autocast.bytes / MIB:.2f} MiB under bf16 autocast ({autocast_ratio:.3f} x)"
 )
-helpers.record("mlp_activation_ratio_bf16", round(mlp_ratio, 4))
-helpers.record("mlp_activation_ratio_autocast", round(autocast_ratio, 4))
 
 # %% [markdown]
 # ### Step time
 #
-# A full step (forward, backward, optimizer) in each precision, timed `timing_steps` times (the
-# steps above were the warm-up), the precisions taking turns so a busy machine slows them all
-# alike. The median is the figure.
+# A full step per precision, timed `timing_steps` times in turns after the warm-up; the median counts.
 
 # %%
 import statistics
@@ -400,72 +369,136 @@ for _ in range(timing_steps):
 step_seconds = {name: statistics.median(t) for name, t in times.items()}
 for name, s in step_seconds.items():
     print(f"{name}: {s * 1000:8.1f} ms per step ({step_seconds['fp32'] / s:.2f} x the speed of fp32)")
-helpers.record("step_seconds", {k: round(v, 5) for k, v in step_seconds.items()})
-
-# %% [markdown]
-# On a GPU, 16 bits run on the tensor cores: on a T4, look for fp16 well ahead of fp32, and bf16
-# behind fp16, since the T4 emulates it; on an A100, bf16 and fp16 side by side. On a CPU, do not
-# read speed into these numbers: CPUs have no tensor cores, and bf16 there is a memory saving at
-# best.
-#
-# ## The precision for this card
-#
-# `helpers.training.training_args` builds the Trainer's arguments with the precision for this
-# card (bf16 from compute capability 8.0, fp16 on a T4, fp32 on a CPU, where `fp16=True` would be
-# silently ignored), an explicit seed and logging. It prints what it chose and why:
 
 # %%
-from helpers.audit import audit
-from helpers.training import training_args
+import matplotlib.pyplot as plt
 
-args = training_args(
-    "build/checkpoints",  # under build/, which git ignores; save_strategy="no" writes nothing
+names = list(precisions)
+fig, (mem_ax, time_ax) = plt.subplots(1, 2, figsize=(10, 3.2))
+x = range(len(names))
+mem_ax.bar([i - 0.2 for i in x], [activations[n] / MIB for n in names], width=0.4, label="measured")
+mem_ax.bar([i + 0.2 for i in x], [predicted[n] / MIB for n in names], width=0.4, label="estimated")
+mem_ax.set(xticks=list(x), xticklabels=names, ylabel="activations of one step (MiB)", title="memory")
+mem_ax.legend(fontsize=8)
+time_ax.bar(names, [1000 * step_seconds[n] for n in names], color="tab:gray")
+time_ax.set(ylabel="one training step (ms, median)", title=f"time on {'this GPU' if on_gpu else 'this CPU'}")
+plt.show()
+
+# %% [markdown]
+# **What to see:** on the left, 16 bits shrink the activations by less than half, and the estimator
+# matches the measurement. A CPU shows no speed-up (right): 16-bit speed comes from tensor cores,
+# which a CPU lacks, and autocast's casts cost time. Published figures:
+#
+# | card | fp32 | 16-bit | source, as of |
+# |---|---|---|---|
+# | T4, peak | 8.1 TFLOPS | 65 TFLOPS (fp16) | NVIDIA T4 datasheet, 2018 |
+# | A100, peak | 19.5 TFLOPS | 312 TFLOPS (fp16, bf16) | NVIDIA A100 datasheet, 2020 |
+# | V100, bert-large fine-tune | 57.8 s | 27.5 s with `fp16=True` (2.1 x) | Hugging Face single-GPU training guide, transformers v4.26 docs, Jan 2023 |
+#
+# A whole step also moves memory and runs fp32 operations, so it gains less than the peak ratio.
+#
+# ## The Trainer recipe, written out
+#
+# A short fine-tune as the transformers docs write it: precision from the card (bf16 from compute
+# capability 8.0, fp16 below it with a `GradScaler`, neither on a CPU), the seed written down (the
+# Trainer's default is 42: say so in your config), the last blocks held out for the loss.
+
+# %%
+from transformers import Trainer, TrainingArguments
+from transformers.trainer_callback import PrinterCallback
+
+gpu = machine.gpus[0] if machine.gpus else None  # the card describe() found above
+use_bf16 = gpu is not None and gpu.capability >= (8, 0)
+use_fp16 = gpu is not None and not use_bf16
+args = TrainingArguments(
+    output_dir="build/checkpoints",  # under build/, which git ignores; save_strategy="no" writes nothing
     per_device_train_batch_size=per_device_batch,
     max_steps=max_steps,
-    learning_rate=2e-4,
-    logging_steps=max(1, max_steps // 4),
+    learning_rate=learning_rate,
+    bf16=use_bf16,
+    fp16=use_fp16,
+    seed=42,
+    logging_steps=1,
+    logging_first_step=True,
+    report_to="none",  # notebook 06 sends this to wandb
     save_strategy="no",
     disable_tqdm=True,
     dataloader_pin_memory=on_gpu,
 )
+train_data = [{"input_ids": b, "labels": b} for b in blocks[:-per_device_batch]]
+held_out = blocks[-per_device_batch:].clone().to(device)
 
-# %% [markdown]
-# The two precision mistakes, as `audit` reports them with the fix: bf16 copied from an A100 recipe
-# onto a T4, and fp16 on a CPU.
+
+def held_out_loss():
+    model.eval()
+    with torch.no_grad():
+        loss = model(input_ids=held_out, labels=held_out).loss.item()
+    model.train()
+    return loss
+
+
+loss_before = held_out_loss()
+trainer = Trainer(model=model, args=args, train_dataset=train_data)
+trainer.remove_callback(PrinterCallback)  # one printed line per step is too many: the plot below shows them
+result = trainer.train()
+train_losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+loss_after = held_out_loss()
+used = "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32"
+print(f"trained {result.global_step} steps in {used}; held-out loss {loss_before:.3f} -> {loss_after:.3f}")
 
 # %%
+fig, ax = plt.subplots(figsize=(6, 3))
+ax.plot(range(1, len(train_losses) + 1), train_losses, "o-", label="training loss (each step's batch)")
+ax.axhline(loss_before, color="gray", ls="--", label=f"held-out batch before: {loss_before:.2f}")
+ax.axhline(loss_after, color="green", ls="--", label=f"held-out batch after: {loss_after:.2f}")
+ax.set(xlabel="optimizer step", ylabel="loss (nats per token)", title=f"fine-tune in {used}")
+ax.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
+# **What to see:** the held-out loss (dashed lines; text it never trained on) falls: the model is
+# learning the course's question-and-answer format. Each step's training loss is noisier: every step
+# sees different blocks.
+#
+# ## The same arguments in one call
+#
+# `training_args` makes the same precision choice, writes the seed down and says what it chose:
+
+# %%
+from helpers.training import training_args
+
+shortcut = training_args(
+    "build/checkpoints",
+    per_device_train_batch_size=per_device_batch,
+    max_steps=max_steps,
+    learning_rate=learning_rate,
+    logging_steps=1,
+    save_strategy="no",
+    disable_tqdm=True,
+    dataloader_pin_memory=on_gpu,
+)
+compared = ["bf16", "fp16", "seed", "per_device_train_batch_size", "max_steps", "learning_rate", "logging_steps",
+            "logging_first_step", "report_to", "save_strategy"]  # fmt: skip
+differ = [k for k in compared if getattr(args, k) != getattr(shortcut, k)]
+print(f"compared {len(compared)} settings: {'all equal' if not differ else f'these differ: {differ}'}")
+
+# %% [markdown]
+# `helpers.audit` catches the two classic precision mistakes: bf16 from an A100 recipe on a T4,
+# and fp16 on a CPU.
+
+# %%
+from helpers.audit import audit
+
 from_a100_recipe = {"bf16": True, "seed": 42, "report_to": "wandb"}
 fp16_on_cpu = {"fp16": True, "use_cpu": True, "seed": 42, "report_to": "wandb"}
 findings = audit(from_a100_recipe, gpu="T4") + audit(fp16_on_cpu)
-helpers.record("audit_codes", [f.code for f in findings])
-
-# %% [markdown]
-# Finally, a few training steps in the chosen precision, on blocks of the course dataset. With
-# `fp16=True` the Trainer brings its own `GradScaler`. These two lines and the stream above are
-# the course's data recipe (every row tokenized, one end-of-text token after each, the stream cut
-# into blocks of `seq_len`); from notebook 03 on, `helpers.data.pack_course_data(tokenizer, seq_len)`
-# does it in one call.
-
-# %%
-from transformers import Trainer
-
-blocks = torch.tensor(ids[: (len(ids) // seq_len) * seq_len]).view(-1, seq_len)
-train_data = [{"input_ids": b, "labels": b} for b in blocks]
-trainer = Trainer(model=model, args=args, train_dataset=train_data)
-result = trainer.train()
-used = "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32"
-print(f"trained {result.global_step} steps in {used}: mean loss {result.training_loss:.3f}")
-helpers.record("train_loss", round(result.training_loss, 4))
 
 # %% [markdown]
 # ## Quick checks
 #
-# Three questions on this notebook. In each cell below, replace `None` with your answer and run
-# the cell: it answers at once, with a hint when the answer is not right yet and the explanation
-# when it is. Each check prints a receipt (question, attempt, result) that stays in the notebook.
-# If your instructor grades these, keep each answer in its `answer_...` line, run all the cells,
-# then download the notebook (File > Download > Download .ipynb) and hand it in. Start with your
-# student id: the last question gives each student their own numbers.
+# Replace `None` with your answer and run the cell: it answers at once. If your instructor grades
+# these, set your student id, run all the cells, then download the notebook (File > Download >
+# Download .ipynb) and hand it in.
 
 # %%
 # QUICK CHECK student
@@ -485,20 +518,55 @@ check("q02_2", answer_q02_2)
 
 # %%
 # QUICK CHECK q02_3
-answer_q02_3 = None  # a number, from your own numbers (set student_id first)
-check("q02_3", answer_q02_3, student_id=student_id)
+answer_q02_3 = None  # one letter, in quotes
+check("q02_3", answer_q02_3)
+
+# %%
+# QUICK CHECK q02_4
+answer_q02_4 = None  # one letter, in quotes
+check("q02_4", answer_q02_4)
+
+# %% [markdown]
+# The next cell saves this run's figures for the course's own tests; you can skip it.
+
+# %% tags=["record"]
+helpers.record("precision", machine.precision.name)
+helpers.record("fp16_max", torch.finfo(torch.float16).max)
+helpers.record("softmax_of_inf_is_nan", bool(probabilities.isnan().all()))
+helpers.record("fp16_overflows_past_max", bool(torch.isinf(big.half())))
+helpers.record("bf16_of_70000", big.bfloat16().item())
+helpers.record("fp16_grad_without_scaling", fp16_grad)
+helpers.record("loss_scaled_grad_relative_error", error)
+helpers.record("overflow_step_skipped", not stepped)
+helpers.record("loss_scale_after_overflow", scaler.get_scale())
+helpers.record("weights_mib", {k: round(v / MIB, 3) for k, v in weight_bytes.items()})
+helpers.record("activations_mib", {k: round(v / MIB, 3) for k, v in activations.items()})
+helpers.record("activations_predicted_mib", {k: round(v / MIB, 3) for k, v in predicted.items()})
+helpers.record("mlp_activation_ratio_bf16", round(mlp_ratio, 4))
+helpers.record("mlp_activation_ratio_autocast", round(autocast_ratio, 4))
+helpers.record("step_seconds", {k: round(v, 5) for k, v in step_seconds.items()})
+helpers.record("trained_in", used)
+helpers.record("train_losses", [round(x, 4) for x in train_losses])
+helpers.record("loss_before", round(loss_before, 4))
+helpers.record("loss_after", round(loss_after, 4))
+helpers.record("train_loss", round(result.training_loss, 4))
+helpers.record("args_differ_from_shortcut", differ)
+helpers.record("audit_codes", [f.code for f in findings])
 
 # %% [markdown]
 # ## In this notebook we:
 #
-# - read the range and precision of fp32, fp16 and bf16 from PyTorch, and saw fp16 overflow past
-#   65504 to infinity while bf16 stays finite;
-# - watched a small gradient underflow to zero in fp16, and loss scaling bring it back;
-# - watched `GradScaler` skip a step whose scaled gradient overflowed, and halve its scale;
-# - measured weights (halved when stored in 16 bits, not under mixed precision), activations
-#   (the covered layers halved exactly, the whole step by less) and step time, beside the
-#   estimator's prediction;
-# - chose the precision for this card with `training_args`, caught the two classic precision
-#   mistakes with `audit`, and trained in the chosen precision.
+# - saw fp16 overflow past 65504 and underflow below 6e-8, and loss scaling fix the second;
+# - measured weights (halved only when stored in 16 bits), activations (less than halved) and step
+#   time, and why a CPU shows no speed-up where a T4's tensor cores would;
+# - fine-tuned with `TrainingArguments` written out (held-out loss falling), and got the same
+#   arguments from `training_args`.
 #
-# Next: notebook 03 trades compute for activation memory with gradient checkpointing.
+# ## Change this, predict, run
+#
+# 1. Set `seq_len = 512` in the parameters cell. Will the bf16/fp32 activation ratio go up, down or
+#    stay? Run all and check.
+# 2. Set `learning_rate = 5e-5`. Will the held-out loss after the fine-tune be above or below this
+#    run's? Run all and compare.
+#
+# Next: 03, gradient checkpointing.

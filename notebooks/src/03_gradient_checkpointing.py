@@ -2,19 +2,18 @@
 # # 03 · Gradient checkpointing: memory for compute, measured
 #
 # **Hardware:** any runtime. On a T4 it sweeps SmolLM2-135M up to 2,048 tokens; on a CPU it uses
-# the embedded tiny model (up to its 512 positions) and a pretend card for the out-of-memory part.
-# **Time:** about 3 minutes on a T4 including the install; under 20 seconds headless on a CPU.
+# the small model that ships with the course (up to its 512 positions) and a pretend card for the
+# out-of-memory part.
+# **Time:** about 3 minutes on a T4 including the install; under 30 seconds on a CPU.
 #
-# During the forward pass, autograd keeps what each layer needs for the backward pass: the
-# *activations*. They grow with batch size and sequence length, and at long sequences they are
-# most of the bill. Gradient checkpointing (transformers 5 calls it *activation* checkpointing)
-# keeps only each decoder layer's input and recomputes the rest of the layer during the backward
-# pass. This notebook:
+# In the forward pass, autograd keeps what each layer needs for the backward pass: the
+# *activations*. They grow with batch size and sequence length. Gradient checkpointing
+# (transformers 5 calls it *activation* checkpointing) keeps only each decoder layer's input and
+# recomputes the rest of the layer during the backward pass. This notebook:
 #
-# 1. measures activation memory against sequence length, with and without checkpointing;
-# 2. measures what the recomputation costs in time, against what the documentation says;
-# 3. takes the out-of-memory error a student blames on the model, predicts it for a T4 before
-#    running anything, and fixes it with checkpointing.
+# 1. measures activation memory and step time against sequence length, with and without it;
+# 2. predicts the out-of-memory error of a full fine-tune on a T4, then fixes it;
+# 3. writes the Trainer recipe out in plain transformers, then with the kit's shortcut.
 
 # %% tags=["install"]
 # Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
@@ -25,17 +24,28 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 
 if not any(metadata.distributions(name="compute-realities-kit")):
     repo, ref = "compute-realities/finetune-kit", "main"
     if "KAGGLE_KERNEL_RUN_TYPE" in os.environ:  # Kaggle's internet may be off: say so now, not after pip's retries
-        try:
-            socket.create_connection(("github.com", 443), timeout=5).close()
-        except OSError:
+        reached = []  # the name lookup has no timeout of its own: the probe gets 10 s in all, in a thread
+
+        def probe():
+            try:
+                socket.create_connection(("github.com", 443), timeout=5).close()
+                reached.append(True)
+            except OSError:
+                pass
+
+        probing = threading.Thread(target=probe, daemon=True)
+        probing.start()
+        probing.join(10)
+        if not reached:
             raise RuntimeError(
                 "This Kaggle session has no internet. Open Settings > Internet, switch it On "
                 "(it needs a phone-verified account), then run this cell again."
-            ) from None
+            )
     runtime_pins = os.path.join(tempfile.mkdtemp(), "runtime-pins.txt")  # pip may not replace the runtime's torch
     with open(runtime_pins, "w") as f:
         f.writelines(f"torch=={d.version}\n" for d in metadata.distributions(name="torch"))
@@ -65,15 +75,16 @@ if not any(metadata.distributions(name="compute-realities-kit")):
     print("Installed.")
 
 # %% tags=["parameters"]
-smoke = False  # True: use the embedded tiny model whatever the machine (the runner's --smoke sets it)
+smoke = False  # True: use the small model that ships with the course, on any machine (quick; the course's tests set it)
 model_id = "HuggingFaceTB/SmolLM2-135M"  # a real small model; needs a GPU and the Hub
 per_device_batch = 2  # sequences per micro-batch
-seq_lens = [128, 256, 512, 1024, 2048]  # the sweep; the embedded model stops at its 512 positions
-timing_steps = 3  # timed runs per setting; the median is reported
+seq_lens = [128, 256, 512, 1024, 2048]  # the sweep, in tokens; the course's small model stops at 512
+timing_steps = 3  # timed steps per setting; the median is reported
 t4_model = "Qwen2.5-0.5B"  # the out-of-memory story: a full fine-tune of this catalog model on a T4
 t4_batch = 4  # per-device batch of that story
-t4_seq_len = 1024  # tokens per sequence: 4 x 1,024 = 4,096 tokens per micro-batch
-max_steps = 20  # optimizer steps of the short training run at the end
+t4_seq_len = 768  # tokens per sequence: 4 x 768 = 3,072 tokens per micro-batch
+train_steps = 20  # optimizer steps of the short fine-tune at the end
+learning_rate = 2e-4  # of that fine-tune
 
 # %%
 # A helpers.py or helpers/ folder of yours would hide the kit's `helpers`: name it before anything imports it.
@@ -100,9 +111,8 @@ gpus_in_use = use_one_gpu()  # 1 on a GPU machine (one of Kaggle's two T4s), 0 w
 # ## The model and the data
 #
 # The model in fp32; on a GPU each step runs under autocast in the card's half precision, as the
-# Trainer does with `fp16=True` or `bf16=True`. The data: the course dataset as one stream of
-# tokens, cut into sequences of whatever length a measurement needs (`pack_course_data`: notebook
-# 02's recipe in one call).
+# Trainer does with `fp16=True` or `bf16=True`. The data: the course dataset cut into sequences of
+# each length (`pack_course_data`, notebook 02).
 
 # %%
 import torch
@@ -120,11 +130,8 @@ model.config.use_cache = False  # the generation cache is for generating; traini
 device = next(model.parameters()).device
 amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(machine.precision.name)  # None on a CPU
 seq_lens = [s for s in seq_lens if s <= model.config.max_position_embeddings]
-packed = {s: pack_course_data(tokenizer, s) for s in seq_lens}  # the course dataset cut at each length
-print(
-    f"precision {machine.precision.name}, sequence lengths {seq_lens}, "
-    f"{len(packed[seq_lens[-1]])} sequences of {seq_lens[-1]} tokens"
-)
+packed = {s: pack_course_data(tokenizer, s) for s in seq_lens}
+print(f"precision {machine.precision.name}, sequence lengths {seq_lens}")
 
 
 def batch_of(seq_len):
@@ -132,11 +139,15 @@ def batch_of(seq_len):
     return packed[seq_len][:per_device_batch]["input_ids"].to(device)
 
 
-def training_step(batch):
-    """Forward (under autocast on a GPU) and backward; what a Trainer does between optimizer steps."""
+def forward(batch):
+    """The loss, under autocast on a GPU."""
     with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
-        loss = model(input_ids=batch, labels=batch).loss
-    loss.backward()
+        return model(input_ids=batch, labels=batch).loss
+
+
+def training_step(batch):
+    """Forward and backward: what a Trainer does between optimizer steps."""
+    forward(batch).backward()
     model.zero_grad(set_to_none=True)
 
 
@@ -148,24 +159,38 @@ def set_checkpointing(on):
 
 
 # %% [markdown]
-# ## Activation memory against sequence length
+# ## Memory and time against sequence length
 #
-# For each length, one training step with checkpointing off and one with it on, measured by
-# `helpers.memory.measure`: the activations are the bytes autograd holds for the backward pass,
-# counted exactly on any device. Beside each, the estimator's prediction from the model's shape.
+# For each length and each setting: the activations of one training step (`helpers.memory.measure`
+# counts exactly the bytes autograd holds for backward), the estimator's prediction beside it, and
+# the median time of `timing_steps` steps after a warm-up step.
 
 # %%
+import statistics
+import time
+
 from helpers.estimate import estimate_training_memory
 from helpers.memory import measure
 
+
+def seconds(fn, *args):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn(*args)
+    if device.type == "cuda":
+        torch.cuda.synchronize()  # wait for the GPU before reading the clock
+    return time.perf_counter() - start
+
+
 precision = machine.precision.name
-measured = {False: [], True: []}
-predicted = {False: [], True: []}
+measured, predicted, step_ms = {False: [], True: []}, {False: [], True: []}, {False: [], True: []}
 for seq_len in seq_lens:
+    batch = batch_of(seq_len)
     for on in (False, True):
         set_checkpointing(on)
         with measure(f"{seq_len} {'on' if on else 'off'}", model=model) as readout:
-            training_step(batch_of(seq_len))
+            training_step(batch)  # also the warm-up for the timing below
         measured[on].append(readout["activations"])
         predicted[on].append(
             estimate_training_memory(
@@ -177,135 +202,63 @@ for seq_len in seq_lens:
                 device=device.type,
             ).activations
         )
-        peak = f", peak allocated {readout['peak_allocated'] / MIB:,.0f} MiB" if "peak_allocated" in readout else ""
+        step_ms[on].append(1000 * statistics.median(seconds(training_step, batch) for _ in range(timing_steps)))
         print(
-            f"seq_len {seq_len:5}, checkpointing {'on ' if on else 'off'}: activations "
-            f"{measured[on][-1] / MIB:8.2f} MiB (estimated {predicted[on][-1] / MIB:8.2f}){peak}"
+            f"seq_len {seq_len:5}, checkpointing {'on ' if on else 'off'}: activations {measured[on][-1] / MIB:8.2f} MiB "
+            f"(estimated {predicted[on][-1] / MIB:8.2f} MiB), step {step_ms[on][-1]:7.1f} ms"
         )
+forward_ms = 1000 * statistics.median(seconds(forward, batch) for _ in range(timing_steps))  # longest length
 ratio = measured[True][-1] / measured[False][-1]
-print(f"at {seq_lens[-1]} tokens checkpointing keeps {ratio:.2f} x the activations")
-parts = estimate_training_memory(
-    model.config,
-    batch_size=per_device_batch,
-    seq_len=seq_lens[-1],
-    precision=precision,
-    checkpointing=True,
-    device=device.type,
-).activation_parts
+time_ratio = step_ms[True][-1] / step_ms[False][-1]
+expected = 1 + forward_ms / step_ms[False][-1]  # one more forward pass per step, at most
 print(
-    "what is left with checkpointing on, by the estimator's parts:",
-    ", ".join(f"{k} {v / MIB:.2f} MiB" for k, v in parts.items()),
+    f"\nat {seq_lens[-1]} tokens: checkpointing keeps {ratio:.2f} x the activations and takes {time_ratio:.2f} x "
+    f"the time; one forward pass is {forward_ms:.1f} ms, so at most about {expected:.2f} x was expected"
 )
-helpers.record("seq_lens", seq_lens)
-helpers.record("activations_mib_off", [round(b / MIB, 3) for b in measured[False]])
-helpers.record("activations_mib_on", [round(b / MIB, 3) for b in measured[True]])
-helpers.record("activations_predicted_mib_on", [round(b / MIB, 3) for b in predicted[True]])
-helpers.record("activation_ratio_at_longest", round(ratio, 4))
 
 # %%
 import matplotlib.pyplot as plt
 
-fig, ax = plt.subplots(figsize=(6, 3.5))
+fig, (mem_ax, time_ax) = plt.subplots(1, 2, figsize=(10, 3.5))
 for on, label in ((False, "checkpointing off"), (True, "checkpointing on")):
-    (line,) = ax.plot(seq_lens, [b / MIB for b in measured[on]], "o-", label=f"{label}, measured")
-    ax.plot(seq_lens, [b / MIB for b in predicted[on]], "x--", color=line.get_color(), label=f"{label}, estimated")
-ax.set_xlabel("seq_len (tokens)")
-ax.set_ylabel("activations (MiB)")
-ax.set_title(f"batch {per_device_batch}, {precision}")
-ax.legend(fontsize=8)
+    (line,) = mem_ax.plot(seq_lens, [b / MIB for b in measured[on]], "o-", label=f"{label}, measured")
+    mem_ax.plot(seq_lens, [b / MIB for b in predicted[on]], "x--", color=line.get_color(), label=f"{label}, estimated")
+    time_ax.plot(seq_lens, step_ms[on], "o-", color=line.get_color(), label=label)
+mem_ax.set(xlabel="seq_len (tokens)", ylabel="activations (MiB)", title=f"memory, batch {per_device_batch}")
+time_ax.set(xlabel="seq_len (tokens)", ylabel="one training step (ms)", title=f"time, {precision}")
+mem_ax.legend(fontsize=8), time_ax.legend(fontsize=8)
 plt.show()
 
 # %% [markdown]
-# Both lines grow in step with the sequence; checkpointing changes the slope. Without it every
-# layer keeps its norms, projections, attention and MLP intermediates. With it, each layer keeps
-# one tensor, its input, and most of what is left lies outside the layers: the loss's
-# log-probabilities over the whole vocabulary, a large share for a small model (the parts above).
-#
-# ## What the recomputation costs
-#
-# Checkpointing runs each layer's forward twice: once in the forward pass, once more in the
-# backward pass. Time a step (forward and backward) both ways at the longest length, `timing_steps`
-# times each, taking turns, and a plain forward pass as well: the recomputation should cost about
-# one forward pass of the layers, so a step should slow down by at most about
-# `1 + forward / step`.
-
-# %%
-import statistics
-import time
-
-
-def seconds(fn):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize()  # wait for the GPU before reading the clock
-    return time.perf_counter() - start
-
-
-def forward_only(batch):
-    with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
-        model(input_ids=batch, labels=batch)
-
-
-batch = batch_of(seq_lens[-1])
-times = {"off": [], "on": [], "forward": []}
-for on in (False, True):  # warm-up
-    set_checkpointing(on)
-    training_step(batch)
-for _ in range(timing_steps):
-    set_checkpointing(False)
-    times["off"].append(seconds(lambda: training_step(batch)))
-    times["forward"].append(seconds(lambda: forward_only(batch)))
-    set_checkpointing(True)
-    times["on"].append(seconds(lambda: training_step(batch)))
-median = {k: statistics.median(v) for k, v in times.items()}
-time_ratio = median["on"] / median["off"]
-expected = 1 + median["forward"] / median["off"]
-print(
-    f"step without checkpointing {median['off'] * 1000:.1f} ms, with {median['on'] * 1000:.1f} ms: "
-    f"{time_ratio:.2f} x (+{(time_ratio - 1) * 100:.0f} %); one forward pass {median['forward'] * 1000:.1f} ms, "
-    f"so at most about {expected:.2f} x was expected"
-)
-print(f"activations: {ratio:.2f} x ({(ratio - 1) * 100:+.0f} %)")
-helpers.record("time_ratio", round(time_ratio, 3))
-helpers.record("time_ratio_expected", round(expected, 3))
-
-# %% [markdown]
-# Compare with what the transformers documentation states. Its gradient checkpointing guide
-# (huggingface.co/docs/transformers/en/grad_checkpointing) says training gets about 20 % slower.
-# Its older single-GPU performance guide (the v4.2x "Efficient Training on a Single GPU") measured
-# bert-large with and without: +29 % time for -22 % memory. Two things differ from the numbers
-# above. That -22 % is of the *whole* GPU memory, weights and optimizer states included, which
-# checkpointing does not touch; above, only the activations are counted, so the saving looks
-# larger. And the time depends on the machine and the model: what checkpointing adds is about one
-# more forward pass of the layers, so the step slows down by the share of the forward pass in it,
-# the expectation printed beside the measurement. On a busy CPU timings are noisy: read the ratio,
-# not the milliseconds, and run the cell again if the two disagree.
+# **What to see:** on the left, checkpointing flattens the slope: each layer keeps one tensor, its
+# input, instead of its norms, projections, attention and MLP intermediates. On the right, the
+# price: every step runs each layer's forward twice, so it costs up to one more forward pass (the
+# expectation printed above). The transformers guide on gradient checkpointing puts it at "~20 %
+# slower" (huggingface.co/docs/transformers/en/grad_checkpointing, April 2026); Stas Bekman's
+# *Machine Learning Engineering* book says 20-25 % less throughput (github.com/stas00/ml-engineering,
+# as of 2025). On a busy CPU the milliseconds are noisy: read the ratio, and run the cell again
+# if it disagrees with the expectation.
 #
 # ## "The model is too big for my GPU"
 #
-# A classic: a full fine-tune of Qwen2.5-0.5B on a free T4, 4 sequences of 1,024 tokens per step,
-# in fp16, crashes with `CUDA out of memory`, and the conclusion drawn is that the model is too
-# big for the card. The estimator says otherwise, before anything is loaded:
+# A full fine-tune of Qwen2.5-0.5B on a free T4, 4 sequences of 768 tokens, fp16, crashes with
+# `CUDA out of memory`, and the model gets the blame. The estimator, before anything is loaded:
 
 # %%
+t4_total_gib, t4_fits = {}, {}
 for on in (False, True):
     e = estimate_training_memory(t4_model, batch_size=t4_batch, seq_len=t4_seq_len, precision="fp16", checkpointing=on)
     state = e.weights + e.gradients + e.optimizer  # what checkpointing cannot change
+    t4_total_gib[on], t4_fits[on] = round(e.total / GIB, 2), e.fits("T4")
     print(
-        f"{t4_model}, batch {t4_batch} x {t4_seq_len} tokens, fp16, checkpointing {'on ' if on else 'off'}: "
-        f"{e.total / GIB:5.1f} GiB in total; weights + gradients + AdamW {state / GIB:4.1f} GiB, "
-        f"activations {e.activations / GIB:4.1f} GiB -> {'fits' if e.fits('T4') else 'does NOT fit'} a T4"
+        f"checkpointing {'on ' if on else 'off'}: {e.total / GIB:5.1f} GiB in total; weights + gradients + AdamW "
+        f"{state / GIB:4.1f} GiB, activations {e.activations / GIB:4.1f} GiB -> "
+        f"{'fits' if t4_fits[on] else 'does NOT fit'} a T4 (14.75 GiB)"
     )
-    helpers.record(f"t4_total_gib_{'on' if on else 'off'}", round(e.total / GIB, 2))
-    helpers.record(f"t4_fits_{'on' if on else 'off'}", e.fits("T4"))
 
 # %% [markdown]
-# The weights, gradients and AdamW states fit with room to spare; the activations are what
-# overflow the card, and checkpointing removes most of them. `helpers.audit.audit` catches the
-# mistake from the run's settings and says what to change:
+# The weights, gradients and AdamW states fit; the activations overflow the card, and checkpointing
+# removes most of them. `helpers.audit.audit` catches the mistake from the run's settings:
 
 # %%
 from helpers.audit import audit
@@ -316,25 +269,20 @@ findings = audit(
     gpu="T4",
     seq_len=t4_seq_len,
 )
-helpers.record("audit_codes", [f.code for f in findings])
 
 # %% [markdown]
 # ## The same error on this machine
 #
-# A real out-of-memory error is nothing to cause on purpose (on a CPU it can take the whole
-# machine down), so this notebook plays a card with room for less activation memory than one step
-# at the longest length needs without checkpointing, and more than it needs with it:
-# `helpers.oom.activation_budget` raises the same `torch.OutOfMemoryError` a GPU raises once
-# autograd holds more than that.
+# A real out-of-memory error is nothing to cause on purpose, so this machine plays a card with
+# room for less than one step at the longest length needs without checkpointing, and more than it
+# needs with it: `helpers.oom.activation_budget` raises the same `torch.OutOfMemoryError` a GPU
+# raises once autograd holds more than that.
 
 # %%
 from helpers.oom import activation_budget, free_memory, is_oom_error
 
 budget = (measured[False][-1] + measured[True][-1]) // 2
-print(
-    f"pretend card: room for {budget / MIB:.2f} MiB of activations; one step at {seq_lens[-1]} tokens needs "
-    f"{measured[False][-1] / MIB:.2f} MiB without checkpointing, {measured[True][-1] / MIB:.2f} MiB with it"
-)
+print(f"pretend card: room for {budget / MIB:.2f} MiB of activations")
 set_checkpointing(False)
 try:
     with activation_budget(budget, model):
@@ -346,59 +294,114 @@ except Exception as error:
     print(f"checkpointing off: {type(error).__name__}: {error}")
     out_of_memory = True
     free_memory(error)  # let go of the failed step's activations, as after a real CUDA OOM
-helpers.record("oom_without_checkpointing", out_of_memory)
 
 # %%
 set_checkpointing(True)
 with activation_budget(budget, model):
     training_step(batch)
+fits_with_checkpointing = True
 print("checkpointing on: the same step fits the same card")
-helpers.record("fits_with_checkpointing", True)
 
 # %% [markdown]
 # ## In the Trainer
 #
-# One argument. transformers 5 renamed `gradient_checkpointing=True` to
-# `activation_checkpointing=True`; the old name still works with a deprecation warning, and most
-# tutorials (and the lesson) use it. `helpers.training.training_args` takes either and says which
-# one it passed on. Train a few steps on the same pretend card, with the live memory readout:
+# One argument, as the lesson writes it. transformers 5 renamed `gradient_checkpointing` to
+# `activation_checkpointing`; the old name still works, with a deprecation warning.
 
 # %%
-from transformers import Trainer
+from transformers import PrinterCallback, Trainer, TrainingArguments
 
-from helpers.live import LiveMemoryCallback
+args = TrainingArguments(
+    output_dir="build/checkpoints",
+    per_device_train_batch_size=per_device_batch,
+    gradient_checkpointing=True,  # recompute activations in the backward pass to save memory
+    gradient_checkpointing_kwargs={"use_reentrant": False},  # PyTorch's recommended mode
+    fp16=precision == "fp16",  # the card's half precision (notebook 02): fp16 on a T4,
+    bf16=precision == "bf16",  # bf16 on an A100 or newer, neither on a CPU
+    learning_rate=learning_rate,
+    max_steps=train_steps,
+    logging_steps=1,
+    seed=42,  # set it, and report it
+    report_to="none",  # notebook 06 turns on wandb
+    save_strategy="no",
+    disable_tqdm=True,
+    dataloader_pin_memory=device.type == "cuda",  # pinned memory only helps copies to a GPU
+)
+print(f"activation_checkpointing={args.activation_checkpointing}, seed {args.seed}, fp16={args.fp16}, bf16={args.bf16}")
+
+# %% [markdown]
+# The kit's `training_args` is the shortcut: it picks the precision for this card, sets the seed
+# and `report_to="none"` unless you pass them, accepts either name, and prints one summary line.
+# Same settings, same arguments:
+
+# %%
 from helpers.training import training_args
 
-args = training_args(
+shortcut = training_args(
     "build/checkpoints",
     per_device_train_batch_size=per_device_batch,
-    gradient_checkpointing=True,  # the lesson's name for it
-    max_steps=max_steps,
-    learning_rate=2e-4,
-    logging_steps=max(1, max_steps // 4),
+    gradient_checkpointing=True,
+    learning_rate=learning_rate,
+    max_steps=train_steps,
+    logging_steps=1,
     save_strategy="no",
     disable_tqdm=True,
     dataloader_pin_memory=device.type == "cuda",
 )
-train_data = packed[seq_lens[-1]]
-live = LiveMemoryCallback(every_n_steps=max(1, max_steps // 4))
-trainer = Trainer(model=model, args=args, train_dataset=train_data, callbacks=[live])
-with activation_budget(budget, model):
-    result = trainer.train()
-print(
-    f"activation_checkpointing={args.activation_checkpointing}: {result.global_step} steps, "
-    f"mean loss {result.training_loss:.3f}"
-)
-helpers.record("train_loss", round(result.training_loss, 4))
+compared = [
+    "per_device_train_batch_size", "activation_checkpointing", "activation_checkpointing_kwargs", "fp16", "bf16",
+    "learning_rate", "max_steps", "seed", "report_to",
+]  # fmt: skip
+differ = [k for k in compared if getattr(args, k) != getattr(shortcut, k)]
+print(f"compared {len(compared)} settings: {'all equal' if not differ else f'these differ: {differ}'}")
 
 # %% [markdown]
+# Train with it, on the shortest sequences to keep it quick, the loss of a fixed batch measured
+# before and after. `LiveMemoryCallback` shows step, loss and memory on one line that refreshes in
+# place while it trains. With the progress bar off (`disable_tqdm=True`), the Trainer adds its own
+# `PrinterCallback`, which prints every log as a `{'loss': ...}` dict around that line: remove it.
+
+# %%
+from helpers.live import LiveMemoryCallback
+
+eval_batch = batch_of(seq_lens[0])
+
+
+def eval_loss():
+    model.eval()
+    with torch.no_grad():
+        loss = forward(eval_batch).item()
+    model.train()
+    return loss
+
+
+loss_before = eval_loss()
+live = LiveMemoryCallback(every_n_steps=max(1, train_steps // 4))  # refresh 4 times
+trainer = Trainer(model=model, args=args, train_dataset=packed[seq_lens[0]], callbacks=[live])
+trainer.remove_callback(PrinterCallback)  # the readout and the plot show the losses
+result = trainer.train()
+train_losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+loss_after = eval_loss()
+print(
+    f"{result.global_step} steps of {per_device_batch} x {seq_lens[0]} tokens; loss of the fixed batch {loss_before:.3f} -> {loss_after:.3f}"
+)
+
+fig, ax = plt.subplots(figsize=(6, 3))
+ax.plot(range(1, len(train_losses) + 1), train_losses, "o-", label="training loss (each step's batch)")
+ax.axhline(loss_before, color="gray", ls="--", label=f"fixed batch before: {loss_before:.2f}")
+ax.axhline(loss_after, color="green", ls="--", label=f"fixed batch after: {loss_after:.2f}")
+ax.set(xlabel="optimizer step", ylabel="cross-entropy loss (nats per token)", title="fine-tune with checkpointing on")
+ax.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
+# **What to see:** the loss falls while checkpointing is on: it changes memory and time, never
+# what the model learns (the gradients are the same).
+#
 # ## Quick checks
 #
-# Two questions on this notebook. In each cell below, replace `None` with your answer and run the
-# cell: it answers at once, with a hint when the answer is not right yet and the explanation when
-# it is. Each check prints a receipt (question, attempt, result) that stays in the notebook. If
-# your instructor grades these, keep each answer in its `answer_...` line, run all the cells, then
-# download the notebook (File > Download > Download .ipynb) and hand it in.
+# Replace `None` with your answer and run the cell. If your instructor grades these, run all the
+# cells, then download the notebook (File > Download > Download .ipynb).
 
 # %%
 # QUICK CHECK student
@@ -416,17 +419,58 @@ check("q03_1", answer_q03_1)
 answer_q03_2 = None  # every letter that applies, in one string
 check("q03_2", answer_q03_2)
 
+# %%
+# QUICK CHECK q03_3
+answer_q03_3 = None  # one letter, in quotes
+check("q03_3", answer_q03_3)
+
+# %%
+# QUICK CHECK q03_4
+answer_q03_4 = None  # one letter, in quotes
+check("q03_4", answer_q03_4)
+
 # %% [markdown]
 # ## In this notebook we:
 #
-# - measured activation memory against sequence length with checkpointing off and on, and drew
-#   both beside the estimator's prediction;
-# - timed what the recomputation costs, compared it with one forward pass, and with the 20 % and
-#   the +29 % time / -22 % memory the transformers documentation reports;
-# - predicted, before loading anything, the out-of-memory error of a full fine-tune on a T4, and
-#   saw that the activations, not the model, overflow the card;
-# - reproduced that error on a pretend card and fixed it with checkpointing, by hand and in the
-#   Trainer, under either name of the argument.
+# - measured activations and step time against sequence length, with checkpointing off and on:
+#   a fraction of the memory for at most one more forward pass per step;
+# - predicted a T4's out-of-memory error before loading anything, and saw that the activations,
+#   not the model, overflow the card;
+# - reproduced the error on a pretend card, fixed it with checkpointing, and fine-tuned there with
+#   `TrainingArguments(gradient_checkpointing=True)`, written out and with the kit's shortcut.
 #
-# Next: notebook 04 gets a large batch's gradients at a small batch's memory with gradient
-# accumulation.
+# ## Change this, predict, run
+#
+# 1. Set `per_device_batch = 4` in the parameters cell. Predict how both lines of the memory plot
+#    move, and whether the ratio printed at the longest length changes. Run all.
+# 2. Set `t4_batch = 1`. Predict whether the full fine-tune fits a T4 without checkpointing now.
+#    Run all and read the estimator's lines.
+#
+# Next: notebook 04 gets a large batch's gradients at a small batch's memory.
+
+# %% [markdown]
+# The cell below saves this run's figures for the course's own tests; you can skip it.
+
+# %% tags=["record"]
+helpers.record("seq_lens", seq_lens)
+helpers.record("activations_mib_off", [round(b / MIB, 3) for b in measured[False]])
+helpers.record("activations_mib_on", [round(b / MIB, 3) for b in measured[True]])
+helpers.record("activations_predicted_mib_on", [round(b / MIB, 3) for b in predicted[True]])
+helpers.record("activation_ratio_at_longest", round(ratio, 4))
+helpers.record("step_ms_off", [round(t, 3) for t in step_ms[False]])
+helpers.record("step_ms_on", [round(t, 3) for t in step_ms[True]])
+helpers.record("time_ratio", round(time_ratio, 3))
+helpers.record("time_ratio_expected", round(expected, 3))
+helpers.record("t4_total_gib_off", t4_total_gib[False])
+helpers.record("t4_total_gib_on", t4_total_gib[True])
+helpers.record("t4_fits_off", t4_fits[False])
+helpers.record("t4_fits_on", t4_fits[True])
+helpers.record("audit_codes", [f.code for f in findings])
+helpers.record("oom_without_checkpointing", out_of_memory)
+helpers.record("fits_with_checkpointing", fits_with_checkpointing)
+helpers.record("args_differ_from_shortcut", differ)
+helpers.record("train_losses", [round(x, 4) for x in train_losses])
+helpers.record("loss_before", round(loss_before, 4))
+helpers.record("loss_after", round(loss_after, 4))
+helpers.record("train_loss", round(result.training_loss, 4))
+helpers.record("live_readout_steps", live.summary["steps"])

@@ -1,20 +1,14 @@
 # %% [markdown]
 # # 04 · Gradient accumulation: a large batch's gradients at a small batch's memory
 #
-# **Hardware:** any runtime. A T4 runs it on SmolLM2-135M; a CPU on the embedded tiny model.
-# **Time:** about 2 minutes on a T4 including the install; under 20 seconds headless on a CPU.
+# **Hardware:** any runtime. A T4 runs it on SmolLM2-135M; a CPU on the small model that ships
+# with the course.
+# **Time:** about 2 minutes on a T4 including the install; under 30 seconds on a CPU.
 #
-# When the batch you want does not fit, run it in pieces: split it into *micro-batches*, run the
-# forward and backward pass on each, let the gradients add up, and step the optimizer once at the
-# end. The optimizer sees the gradient of the whole batch; memory only ever holds one
-# micro-batch's activations. This notebook:
-#
-# 1. proves the first half of that sentence: accumulated gradients equal the large batch's, to
-#    the last bits of fp32, and measures the second half;
-# 2. shows the trap for language models, where sequences differ in length, and the fix the
-#    Trainer applies;
-# 3. adds the devices to the effective batch, the number to report;
-# 4. recovers from an out-of-memory error by trading batch for accumulation, automatically.
+# When the batch you want does not fit, run it in *micro-batches*: forward and backward on each,
+# let the gradients add up, step the optimizer once. This notebook proves it gives the large
+# batch's gradients, shows the trap when sequences differ in length, and recovers from an
+# out-of-memory error by trading batch for accumulation.
 
 # %% tags=["install"]
 # Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
@@ -25,17 +19,28 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 
 if not any(metadata.distributions(name="compute-realities-kit")):
     repo, ref = "compute-realities/finetune-kit", "main"
     if "KAGGLE_KERNEL_RUN_TYPE" in os.environ:  # Kaggle's internet may be off: say so now, not after pip's retries
-        try:
-            socket.create_connection(("github.com", 443), timeout=5).close()
-        except OSError:
+        reached = []  # the name lookup has no timeout of its own: the probe gets 10 s in all, in a thread
+
+        def probe():
+            try:
+                socket.create_connection(("github.com", 443), timeout=5).close()
+                reached.append(True)
+            except OSError:
+                pass
+
+        probing = threading.Thread(target=probe, daemon=True)
+        probing.start()
+        probing.join(10)
+        if not reached:
             raise RuntimeError(
                 "This Kaggle session has no internet. Open Settings > Internet, switch it On "
                 "(it needs a phone-verified account), then run this cell again."
-            ) from None
+            )
     runtime_pins = os.path.join(tempfile.mkdtemp(), "runtime-pins.txt")  # pip may not replace the runtime's torch
     with open(runtime_pins, "w") as f:
         f.writelines(f"torch=={d.version}\n" for d in metadata.distributions(name="torch"))
@@ -65,13 +70,14 @@ if not any(metadata.distributions(name="compute-realities-kit")):
     print("Installed.")
 
 # %% tags=["parameters"]
-smoke = False  # True: use the embedded tiny model whatever the machine (the runner's --smoke sets it)
+smoke = False  # True: use the small model that ships with the course, on any machine (quick; the course's tests set it)
 model_id = "HuggingFaceTB/SmolLM2-135M"  # a real small model; needs a GPU and the Hub
 per_device_batch = 2  # sequences per micro-batch: what fits the card
 grad_accum_steps = 8  # effective batch = 2 x 8 x 1 = 16
 num_devices = 1  # GPUs in data parallel (Kaggle's T4 x2: 2, notebook 07)
 seq_len = 64  # tokens per sequence
-max_steps = 10  # optimizer steps of the training run at the end
+train_steps = 10  # optimizer steps of the fine-tune at the end
+learning_rate = 2e-4  # of that fine-tune
 
 # %%
 # A helpers.py or helpers/ folder of yours would hide the kit's `helpers`: name it before anything imports it.
@@ -98,8 +104,8 @@ gpus_in_use = use_one_gpu()  # 1 on a GPU machine (one of Kaggle's two T4s), 0 w
 # ## The effective batch
 #
 # The optimizer steps once per `grad_accum_steps` micro-batches on each device, so the batch it
-# learns from is the product of three numbers. It is the number to report: the per-device batch
-# alone hides the other two.
+# learns from is the product of three numbers. Report it: the per-device batch alone hides the
+# other two.
 
 # %%
 import helpers
@@ -113,16 +119,12 @@ print(
 )
 settings = {"per_device_train_batch_size": per_device_batch, "gradient_accumulation_steps": grad_accum_steps}
 assert effective_batch_size(settings, num_devices=num_devices) == effective_batch
-helpers.record("effective_batch", effective_batch)
 
 # %% [markdown]
 # ## Proof: the same gradients
 #
-# Take one batch of `per_device_batch x grad_accum_steps` sequences of equal length. Compute its
-# gradient in one go; then again in `grad_accum_steps` micro-batches, dividing each micro-batch's
-# loss by `grad_accum_steps` so the sum of the pieces is the mean over the batch. Compare every
-# gradient entry. The model runs in fp32 here, so the only difference left is the order in which
-# floating-point numbers are added.
+# One batch of equal-length sequences: its gradient in one go, then in `grad_accum_steps`
+# micro-batches, each loss divided by `grad_accum_steps` so the pieces add up to the batch's mean.
 
 # %%
 import torch
@@ -135,10 +137,8 @@ model, tokenizer = load_model(model_id, smoke=smoke, dtype=torch.float32)
 model.train()
 device = next(model.parameters()).device
 train_data = pack_course_data(tokenizer, seq_len)  # the course dataset in sequences of seq_len tokens
-n_sequences = per_device_batch * grad_accum_steps  # one device's share of the effective batch
-batch = train_data[:n_sequences]["input_ids"].to(device)
+batch = train_data[: per_device_batch * grad_accum_steps]["input_ids"].to(device)
 micro_batches = batch.split(per_device_batch)
-print(f"one batch {tuple(batch.shape)}, or {len(micro_batches)} micro-batches {tuple(micro_batches[0].shape)}")
 
 
 def gradients():
@@ -160,6 +160,7 @@ for micro in micro_batches:
 g_accumulated = gradients()
 
 max_diff = (g_accumulated - g_big).abs().max().item()
+print(f"one batch {tuple(batch.shape)} or {len(micro_batches)} micro-batches {tuple(micro_batches[0].shape)}")
 print(f"largest gradient entry {g_big.abs().max().item():.3g}; largest difference {max_diff:.2e}")
 print(
     f"activations held: {saved_big.bytes / MIB:.2f} MiB for the whole batch, {saved_micro.bytes / MIB:.2f} MiB "
@@ -167,25 +168,18 @@ print(
 )
 tolerance = 1e-6 if device.type == "cpu" else 1e-5 * g_big.abs().max().item()  # GPU kernels vary with the batch shape
 assert max_diff < tolerance, f"accumulated gradients differ from the large batch's by {max_diff:.2e}"
-helpers.record("accumulation_max_abs_diff", max_diff)
-helpers.record("activation_ratio_micro_to_batch", round(saved_micro.bytes / saved_big.bytes, 4))
 
 # %% [markdown]
-# Equal to within rounding, for `1 / grad_accum_steps` of the activation memory. What it costs:
-# the micro-batches run one after another, `grad_accum_steps` smaller forward and backward passes
-# for each optimizer step instead of one large one.
+# Equal to within rounding, for `1 / grad_accum_steps` of the activation memory. The cost: a step
+# takes `grad_accum_steps` small passes, one after another, instead of one large one.
 #
 # ## The trap: sequences of different lengths
 #
-# A causal language model's loss is the *mean over tokens*. The proof above used sequences of
-# equal length, so every micro-batch held the same number of tokens and the mean of the
-# micro-batches' means was the mean over all tokens. Real batches are padded sequences of
-# different lengths (padding is labelled -100 and not counted). Then the mean of means gives each
-# micro-batch the same weight however many tokens it holds: a token in a short micro-batch counts
-# more than one in a long one, and the gradient is no longer the large batch's.
-#
-# Take rows of the course dataset from the shortest to the longest, padded the way a data collator
-# pads them: each micro-batch to its own longest sequence, the whole batch to the longest of all.
+# A language model's loss is the *mean over tokens*. Above, every micro-batch held as many tokens
+# as the others. Real batches are padded rows of different lengths (padding is labelled -100 and
+# not counted), and the mean of the micro-batches' means then weighs a token in a short
+# micro-batch more than one in a long one. Rows of the course dataset, shortest to longest, padded
+# as a data collator pads them:
 
 # %%
 texts = [r["instruction"] + "\n" + r["response"] for r in load_course_data()]
@@ -193,19 +187,14 @@ lengths = [len(ids) for ids in tokenizer(texts)["input_ids"]]
 by_length = sorted(range(len(texts)), key=lengths.__getitem__)
 n = per_device_batch * grad_accum_steps
 chosen = [texts[by_length[i * (len(texts) - 1) // (n - 1)]] for i in range(n)]  # evenly from shortest to longest
-
-
 tokenizer.padding_side = "right"  # left padding would shift positions between the whole batch and its pieces
 
 
 def encode(some_texts):
     """Pad to the longest of these texts; label the padding -100 so the loss skips it."""
     enc = tokenizer(some_texts, padding=True, return_tensors="pt").to(device)
-    return {
-        "input_ids": enc.input_ids,
-        "attention_mask": enc.attention_mask,
-        "labels": enc.input_ids.masked_fill(enc.attention_mask == 0, -100),
-    }
+    labels = enc.input_ids.masked_fill(enc.attention_mask == 0, -100)
+    return {"input_ids": enc.input_ids, "attention_mask": enc.attention_mask, "labels": labels}
 
 
 whole = encode(chosen)
@@ -216,57 +205,58 @@ total_tokens = sum(tokens)
 print(f"tokens the loss counts, per micro-batch: {tokens}; in all: {total_tokens}")
 
 # %% [markdown]
-# Three gradients: the reference (the whole batch in one go), the mean of the micro-batches'
-# means (the naive loop above), and the right one: each micro-batch's *sum* of token losses,
-# divided by the number of tokens in the whole accumulated batch. Passing `num_items_in_batch`
-# to a transformers model does exactly that division.
+# Three gradients: the whole batch (the reference), the mean of means (the loop above), and each
+# micro-batch's *sum* of token losses divided by all the batch's tokens, which is what passing
+# `num_items_in_batch` to a transformers model does.
 
 # %%
-reference_loss = model(**whole).loss
-reference_loss.backward()
+model(**whole).loss.backward()
 g_reference = gradients()
 
-mean_of_means = 0.0
 for m in micros:
-    loss = model(**m).loss / grad_accum_steps  # each micro-batch's mean, averaged: the trap
-    loss.backward()
-    mean_of_means += loss.item()
+    (model(**m).loss / grad_accum_steps).backward()  # each micro-batch's mean, averaged: the trap
 g_naive = gradients()
 
-token_mean = 0.0
 for m in micros:
-    loss = model(**m, num_items_in_batch=total_tokens).loss  # sum over its tokens / tokens in the whole batch
-    loss.backward()
-    token_mean += loss.item()
+    model(**m, num_items_in_batch=total_tokens).loss.backward()  # sum over its tokens / tokens in the whole batch
 g_tokens = gradients()
 
+error = {  # the gradient's error, relative to its length
+    "mean of means": ((g_naive - g_reference).norm() / g_reference.norm()).item(),
+    "sum / all tokens": ((g_tokens - g_reference).norm() / g_reference.norm()).item(),
+}
 naive_error = (g_naive - g_reference).abs().max().item()
 right_error = (g_tokens - g_reference).abs().max().item()
-print(
-    f"loss: whole batch {reference_loss.item():.5f}, mean of means {mean_of_means:.5f}, "
-    f"sum / all tokens {token_mean:.5f}"
-)
-print(
-    f"largest gradient difference from the whole batch: mean of means {naive_error:.2e} "
-    f"({(g_naive - g_reference).norm() / g_reference.norm():.1%} of the gradient's length), "
-    f"sum / all tokens {right_error:.2e}"
-)
+print(", ".join(f"{k}: {v:.2e} of the gradient's length" for k, v in error.items()))
 assert right_error < tolerance
-helpers.record("variable_length_naive_max_abs_diff", naive_error)
-helpers.record("variable_length_token_sum_max_abs_diff", right_error)
+
+# %%
+import matplotlib.pyplot as plt
+
+fig, (weight_ax, error_ax) = plt.subplots(1, 2, figsize=(10, 3.5))
+steps = range(1, len(micros) + 1)
+weight_ax.bar([i - 0.2 for i in steps], [1 / (grad_accum_steps * t) for t in tokens], 0.4, label="mean of means")
+weight_ax.bar([i + 0.2 for i in steps], [1 / total_tokens] * len(tokens), 0.4, label="sum / all tokens")
+weight_ax.set(xlabel="micro-batch (shortest rows first)", ylabel="weight of one token in the loss")
+weight_ax.legend(fontsize=8)
+error_ax.bar(list(error), [max(v, 1e-12) for v in error.values()], color=["C0", "C1"])
+error_ax.set(yscale="log", ylabel="gradient error (relative to its length)", title="against the whole batch")
+plt.show()
 
 # %% [markdown]
-# The Trainer does the right thing for you: before each optimizer step it counts the labelled
-# tokens in all the micro-batches of that step, and passes the count as `num_items_in_batch` to the
-# model's loss, whenever the model's `forward` accepts it (transformers models do; the Trainer
-# records this in `model_accepts_loss_kwargs`). A hand-written loop, or a custom loss that ignores
-# `num_items_in_batch`, falls into the trap.
+# **What to see:** on the left, the mean of means gives a token in the shortest micro-batch more
+# weight than one in the longest; summing token losses and dividing by all the tokens weighs every
+# token alike. On the right, the price: the first is off by a clear
+# share of the gradient (printed above), the second only by rounding (log scale).
+#
+# The Trainer counts the labelled tokens of each optimizer step's micro-batches and passes
+# `num_items_in_batch` for you (checked below). A hand-written loop, or a custom loss that ignores
+# it, falls into the trap.
 #
 # ## Devices, and the number to report
 #
-# With data parallel training every device runs its own micro-batches, so the devices multiply the
-# effective batch too: Kaggle's T4 x2 doubles it. Here is the same per-device setting on one and
-# two cards:
+# In data parallel training every device runs its own micro-batches, so the devices multiply the
+# effective batch too:
 
 # %%
 for devices in (1, 2):
@@ -276,53 +266,80 @@ for devices in (1, 2):
     )
 
 # %% [markdown]
-# The mistake reviewers catch: the paper says "batch size 2" (the per-device setting), while the
+# The mistake reviewers catch: a paper says "batch size 2" (the per-device setting) while the
 # optimizer stepped on 16 or 32 sequences. `audit` compares the number you report with the
 # effective batch:
 
 # %%
 from helpers.audit import audit
 
-reported = per_device_batch
-findings = audit({**settings, "seed": 42, "report_to": "wandb"}, reported_batch=reported, num_devices=2)
-helpers.record("audit_codes", [f.code for f in findings])
+findings = audit({**settings, "seed": 42, "report_to": "wandb"}, reported_batch=per_device_batch, num_devices=2)
 
 # %% [markdown]
-# ## Out of memory at batch 8, and a larger effective batch wanted
+# ## In the Trainer: out of memory at batch 8
 #
-# The lesson's situation. A card runs out of memory at a per-device batch of 8, yet the run
-# needs an effective batch of 16. More memory is not on offer; the fix is a smaller per-device
-# batch and more accumulation. `helpers.oom.fit_batch` does it for you: it runs the training,
-# and on an out-of-memory error halves the per-device batch and doubles the accumulation, so the
-# effective batch stays what you chose. (transformers' own `auto_find_batch_size=True` only
-# shrinks the batch, and the effective batch with it.)
-#
-# This machine plays a card with room for the activations of a little more than
-# `per_device_batch` sequences (`activation_budget`, as in notebook 03), and the Trainer starts at 8.
-# The `EffectiveBatchCallback` prints and records the effective batch each time training starts.
+# The lesson's situation: the card runs out of memory at a per-device batch of 8, and the run
+# needs an effective batch of 16. The arguments as you would write them first:
 
 # %%
-from transformers import Trainer
+from transformers import PrinterCallback, Trainer, TrainingArguments
 
-from helpers.oom import activation_budget, fit_batch
-from helpers.training import EffectiveBatchCallback, training_args
+from helpers.env import describe
 
-start_batch = 8  # the lesson's card runs out of memory at this per-device batch
-args = training_args(
-    "build/checkpoints",
+precision = describe().precision.name
+start_batch = 8  # the per-device batch the card runs out of memory at
+args = TrainingArguments(
+    output_dir="build/checkpoints",
     per_device_train_batch_size=start_batch,
-    gradient_accumulation_steps=max(1, per_device_batch * grad_accum_steps // start_batch),
-    max_steps=max_steps,
-    learning_rate=2e-4,
-    logging_steps=max(1, max_steps // 4),
+    gradient_accumulation_steps=effective_batch // start_batch,  # effective batch = 8 x 2 x 1 = 16
+    fp16=precision == "fp16",  # the card's half precision (notebook 02): fp16 on a T4,
+    bf16=precision == "bf16",  # bf16 on an A100 or newer, neither on a CPU
+    learning_rate=learning_rate,
+    max_steps=train_steps,
+    logging_steps=1,
+    seed=42,
+    report_to="none",
     save_strategy="no",
     disable_tqdm=True,
     dataloader_pin_memory=device.type == "cuda",
 )
+print(
+    f"effective batch {args.per_device_train_batch_size} x {args.gradient_accumulation_steps} x 1 = {effective_batch}"
+)
 
-# the pretend card: measure one micro-batch of per_device_batch sequences in the Trainer's precision
+# %% [markdown]
+# The kit's `training_args` is the shortcut: it picks the card's precision and the seed itself,
+# and prints the effective batch. Same arguments:
+
+# %%
+from helpers.training import EffectiveBatchCallback, training_args
+
+shortcut = training_args(
+    "build/checkpoints",
+    per_device_train_batch_size=start_batch,
+    gradient_accumulation_steps=effective_batch // start_batch,
+    learning_rate=learning_rate,
+    max_steps=train_steps,
+    logging_steps=1,
+    save_strategy="no",
+    disable_tqdm=True,
+    dataloader_pin_memory=device.type == "cuda",
+)
+compared = ["per_device_train_batch_size", "gradient_accumulation_steps", "fp16", "bf16", "learning_rate", "seed"]
+differ = [k for k in compared if getattr(args, k) != getattr(shortcut, k)]
+print(f"compared {len(compared)} settings: {'all equal' if not differ else f'these differ: {differ}'}")
+
+# %% [markdown]
+# This machine plays a card with room for a little more than `per_device_batch` sequences
+# (`activation_budget`, notebook 03). `helpers.oom.fit_batch` trains, and on an out-of-memory error
+# halves the batch and doubles the accumulation, keeping the effective batch (transformers'
+# `auto_find_batch_size=True` only shrinks the batch, and the effective batch with it).
+
+# %%
+from helpers.oom import activation_budget, fit_batch
+
 micro = train_data[:per_device_batch]["input_ids"].to(device)
-amp_dtype = torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else None
+amp_dtype = torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else None  # the Trainer's autocast
 with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
     with track_saved_tensors(model) as saved:
         loss = model(input_ids=micro, labels=micro).loss
@@ -330,35 +347,58 @@ loss.backward()
 model.zero_grad(set_to_none=True)
 budget = saved.bytes * 5 // 4  # room for per_device_batch sequences, not for twice as many
 print(
-    f"pretend card: room for {budget / MIB:.2f} MiB of activations "
-    f"({per_device_batch} sequences of {seq_len} tokens take {saved.bytes / MIB:.2f} MiB)"
+    f"pretend card: room for {budget / MIB:.2f} MiB of activations ({per_device_batch} sequences take {saved.bytes / MIB:.2f})"
 )
+
+eval_batch = train_data[-per_device_batch:]["input_ids"].to(device)  # a fixed batch, to compare before and after
+
+
+def eval_loss():
+    model.eval()
+    with torch.no_grad():
+        loss = model(input_ids=eval_batch, labels=eval_batch).loss.item()
+    model.train()
+    return loss
+
+
+trainers = []
 
 
 def train(args):
     trainer = Trainer(model=model, args=args, train_dataset=train_data, callbacks=[EffectiveBatchCallback()])
+    trainer.remove_callback(PrinterCallback)  # the plot below shows the losses
+    trainers.append(trainer)
     return trainer.train()
 
 
+loss_before = eval_loss()
 with activation_budget(budget, model):
     fitted = fit_batch(train, args)
-print(f"tried (per_device_batch, grad_accum_steps): {fitted.tried}; mean loss {fitted.result.training_loss:.3f}")
-helpers.record("fit_tried", [list(t) for t in fitted.tried])
-helpers.record("train_loss", round(fitted.result.training_loss, 4))
+loss_after = eval_loss()
+train_losses = [h["loss"] for h in trainers[-1].state.log_history if "loss" in h]
+print(f"tried (per_device_batch, grad_accum_steps): {fitted.tried}")
+print(f"the Trainer passes num_items_in_batch to this model: {trainers[-1].model_accepts_loss_kwargs}")
+print(f"loss of a fixed batch: {loss_before:.3f} before, {loss_after:.3f} after {fitted.result.global_step} steps")
+
+fig, ax = plt.subplots(figsize=(6, 3))
+ax.plot(range(1, len(train_losses) + 1), train_losses, "o-", label="training loss (each step's 16 sequences)")
+ax.axhline(loss_before, color="gray", ls="--", label=f"fixed batch before: {loss_before:.2f}")
+ax.axhline(loss_after, color="green", ls="--", label=f"fixed batch after: {loss_after:.2f}")
+b, k = fitted.tried[-1]
+ax.set(xlabel="optimizer step", ylabel="cross-entropy loss (nats per token)", title=f"{b} x {k} x 1 = {b * k}")
+ax.legend(fontsize=8)
+plt.show()
 
 # %% [markdown]
-# Same effective batch, so the same learning rate still suits it. If even a per-device batch of 1
-# does not fit, `fit_batch` stops and says what comes next: gradient checkpointing (notebook 03),
-# then an 8-bit optimizer or QLoRA (notebook 05).
+# **What to see:** the loss falls at the same effective batch the run asked for, so the learning
+# rate chosen for it still suits it. If even a per-device batch of 1 does not fit, `fit_batch`
+# stops and says what comes next: gradient checkpointing (notebook 03), then QLoRA (notebook 05).
 #
 # ## Quick checks
 #
-# Three questions on this notebook. In each cell below, replace `None` with your answer and run
-# the cell: it answers at once, with a hint when the answer is not right yet and the explanation
-# when it is. Each check prints a receipt (question, attempt, result) that stays in the notebook.
-# If your instructor grades these, keep each answer in its `answer_...` line, run all the cells,
-# then download the notebook (File > Download > Download .ipynb) and hand it in. Start with your
-# student id: two of the questions give each student their own numbers.
+# Replace `None` with your answer and run the cell. If your instructor grades these, run all the
+# cells, then download the notebook (File > Download > Download .ipynb). Set your student id first:
+# two questions give each student their own numbers.
 
 # %%
 # QUICK CHECK student
@@ -381,17 +421,48 @@ check("q04_2", answer_q04_2)
 answer_q04_3 = None  # a dict {"per_device_batch": ..., "grad_accum_steps": ...}, from your own numbers
 check("q04_3", answer_q04_3, student_id=student_id)
 
+# %%
+# QUICK CHECK q04_4
+answer_q04_4 = None  # one letter, in quotes
+check("q04_4", answer_q04_4)
+
 # %% [markdown]
 # ## In this notebook we:
 #
-# - computed the effective batch, per-device batch x accumulation steps x devices;
-# - proved that accumulated gradients equal the large batch's (the largest difference printed and
-#   asserted), and measured the activation memory a micro-batch needs instead;
-# - showed that averaging micro-batch means goes wrong when sequences differ in length, and that
-#   dividing summed token losses by the tokens of the whole batch (`num_items_in_batch`, what the
-#   Trainer passes) is right;
-# - caught a per-device batch reported as the batch size with `audit`;
-# - recovered from an out-of-memory error at batch 8 by trading batch for accumulation with
-#   `fit_batch`, keeping the effective batch.
+# - computed the effective batch, per-device batch x accumulation steps x devices, and caught a
+#   per-device batch reported as the batch size;
+# - proved that accumulated gradients equal the large batch's, for a fraction of the activations;
+# - plotted the variable-length trap: averaging micro-batch means weighs tokens unequally, while
+#   dividing summed token losses by all the tokens (`num_items_in_batch`, what the Trainer
+#   passes) matches the whole batch;
+# - wrote `TrainingArguments` with accumulation, recovered from an out-of-memory error at batch 8
+#   with `fit_batch`, and watched the loss fall at the effective batch we asked for.
+#
+# ## Change this, predict, run
+#
+# 1. Set `grad_accum_steps = 4`. Predict the effective batch, the activation ratio of a
+#    micro-batch to the whole batch, and what `fit_batch` tries. Run all.
+# 2. Set `per_device_batch = 4`. Predict whether the mean-of-means error in the plot grows or
+#    shrinks with fewer, larger micro-batches. Run all.
 #
 # Next: notebook 05 makes a 7B model fit a 16 GB card with QLoRA.
+
+# %% [markdown]
+# The cell below saves this run's figures for the course's own tests; you can skip it.
+
+# %% tags=["record"]
+helpers.record("effective_batch", effective_batch)
+helpers.record("accumulation_max_abs_diff", max_diff)
+helpers.record("activation_ratio_micro_to_batch", round(saved_micro.bytes / saved_big.bytes, 4))
+helpers.record("variable_length_tokens", tokens)
+helpers.record("variable_length_naive_max_abs_diff", naive_error)
+helpers.record("variable_length_token_sum_max_abs_diff", right_error)
+helpers.record("variable_length_relative_error", {k: float(f"{v:.4g}") for k, v in error.items()})
+helpers.record("audit_codes", [f.code for f in findings])
+helpers.record("args_differ_from_shortcut", differ)
+helpers.record("fit_tried", [list(t) for t in fitted.tried])
+helpers.record("trainer_passes_num_items", trainers[-1].model_accepts_loss_kwargs)
+helpers.record("train_losses", [round(x, 4) for x in train_losses])
+helpers.record("loss_before", round(loss_before, 4))
+helpers.record("loss_after", round(loss_after, 4))
+helpers.record("train_loss", round(fitted.result.training_loss, 4))

@@ -2,18 +2,13 @@
 # # 05 · QLoRA: a 7B model on a 16 GB card
 #
 # **Hardware:** any runtime. On a T4 it measures and trains Qwen2.5-0.5B in 4 bits; on a CPU it
-# uses the embedded tiny model (bitsandbytes quantizes on a CPU too).
-# **Time:** about 3 minutes on a T4 including the install; under 30 seconds headless on a CPU.
+# uses the small model that ships with the course, in 4 bits too.
+# **Time:** about 3 minutes on a T4 including the install; under 30 seconds on a CPU.
 #
-# A 7B model's weights take 13.5 GiB in 16 bits, which leaves a free T4 (14.75 GiB to PyTorch) almost nothing to
-# train with. QLoRA makes it fit with three ideas; this notebook measures each one on the model at
-# hand, then plans the 7B:
-#
-# 1. store the frozen weights in **4-bit NF4**: the same model in fp32, bf16, 8-bit and 4-bit, measured;
-# 2. **double quantization**: quantize the 4-bit format's own scales too, and see what it saves;
-# 3. train small **LoRA adapters** in full precision on top: count them, train a few steps, and
-#    check that the 4-bit weights did not move;
-# 4. ask the estimator what a 7B model needs on a T4.
+# NVIDIA sells the T4 as a 16 GB card; PyTorch sees 14.75 GiB of it, and a 7B model's weights in
+# 16 bits nearly fill that alone. QLoRA makes the fine-tune fit with three ideas, each measured
+# here: frozen weights in **4-bit NF4**, **double quantization** of NF4's own scales, and small
+# **LoRA adapters** trained on top. Then the estimator plans the capstone's Qwen2.5-7B on a T4.
 
 # %% tags=["install"]
 # Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
@@ -24,17 +19,28 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 
 if not any(metadata.distributions(name="compute-realities-kit")):
     repo, ref = "compute-realities/finetune-kit", "main"
     if "KAGGLE_KERNEL_RUN_TYPE" in os.environ:  # Kaggle's internet may be off: say so now, not after pip's retries
-        try:
-            socket.create_connection(("github.com", 443), timeout=5).close()
-        except OSError:
+        reached = []  # the name lookup has no timeout of its own: the probe gets 10 s in all, in a thread
+
+        def probe():
+            try:
+                socket.create_connection(("github.com", 443), timeout=5).close()
+                reached.append(True)
+            except OSError:
+                pass
+
+        probing = threading.Thread(target=probe, daemon=True)
+        probing.start()
+        probing.join(10)
+        if not reached:
             raise RuntimeError(
                 "This Kaggle session has no internet. Open Settings > Internet, switch it On "
                 "(it needs a phone-verified account), then run this cell again."
-            ) from None
+            )
     runtime_pins = os.path.join(tempfile.mkdtemp(), "runtime-pins.txt")  # pip may not replace the runtime's torch
     with open(runtime_pins, "w") as f:
         f.writelines(f"torch=={d.version}\n" for d in metadata.distributions(name="torch"))
@@ -64,19 +70,20 @@ if not any(metadata.distributions(name="compute-realities-kit")):
     print("Installed.")
 
 # %% tags=["parameters"]
-smoke = False  # True: use the embedded tiny model whatever the machine (the runner's --smoke sets it)
+smoke = False  # True: use the small model that ships with the course, on any machine (quick; the course's tests set it)
 model_id = "Qwen/Qwen2.5-0.5B"  # a real small model; needs a GPU and the Hub
 lora_r = 16  # adapter rank: a d_in x d_out layer gains r x (d_in + d_out) trainable parameters
 lora_alpha = 32  # the adapter's output is scaled by alpha / r = 32 / 16 = 2
+lora_dropout = 0.05  # dropout on the adapter's input
 per_device_batch = 4  # sequences per micro-batch
-grad_accum_steps = 4  # effective batch = 4 x 4 x 1 = 16
-seq_len = 256  # tokens per sequence: 4 x 256 = 1,024 tokens per micro-batch
-learning_rate = 2e-4  # adapters take a higher learning rate than a full fine-tune
-max_steps = 20  # optimizer steps of the short QLoRA run
-plan_model = "Mistral-7B"  # the 7B of the plan, from the kit's catalog of model shapes
+grad_accum_steps = 2  # effective batch = 4 x 2 x 1 = 8
+seq_len = 128  # tokens per sequence: 4 x 128 = 512 tokens per micro-batch
+learning_rate = 2e-4  # the QLoRA paper's rate for models up to 13B
+train_steps = 10  # optimizer steps of the short QLoRA run
+plan_model = "Qwen2.5-7B"  # the 7B of the plan, the capstone's (notebook 08), from the kit's catalog
 plan_gpu = "T4"  # the card of the plan: 14.75 GiB as PyTorch reports it (nvidia-smi: 15,360 MiB)
-plan_batch = 4  # per-device batch of the 7B job
-plan_seq_len = 512  # tokens per sequence of the 7B job: 4 x 512 = 2,048 tokens per micro-batch
+plan_batch = 1  # per-device batch of the 7B job, the capstone's (its effective batch: 1 x 16 accumulation steps)
+plan_seq_len = 512  # tokens per sequence of the 7B job
 
 # %%
 # A helpers.py or helpers/ folder of yours would hide the kit's `helpers`: name it before anything imports it.
@@ -102,8 +109,7 @@ gpus_in_use = use_one_gpu()  # 1 on a GPU machine (one of Kaggle's two T4s), 0 w
 # %% [markdown]
 # ## This machine, 4-bit, and the model
 #
-# First a real round trip through bitsandbytes, the library that does the 4-bit (and 8-bit) work:
-# if it fails here, nothing below can run. Then the model, in fp32, as `load_model` chooses it.
+# A round trip through bitsandbytes, which does the 4-bit work, then the model in fp32.
 
 # %%
 import gc
@@ -126,18 +132,17 @@ if not four_bit_ok:
     )
 model, tokenizer = load_model(model_id, smoke=smoke, dtype=torch.float32)
 source = model.config._name_or_path  # the folder or Hub id load_model chose; every load below reads it
-name = "the embedded tiny model" if is_embedded(model) else model_id
+embedded = is_embedded(model)
+name = "the course's small model" if embedded else model_id
 on_gpu = torch.cuda.is_available()  # the card decides the precision; CUDA decides where tensors live
 device_map = {"": 0} if on_gpu else None  # bitsandbytes quantizes on the card while loading
-helpers.record("model", "embedded" if is_embedded(model) else model_id)
 
 # %% [markdown]
-# ## One model, four formats
+# ## One model, five formats
 #
-# Count every byte the model holds, each tensor once (a tied embedding and output head share
-# one), *quantization constants included*: a quantized weight is useless without the scales that
-# turn its small integers back into numbers. The linear layers are what gets quantized; the
-# embeddings, the norms and the output head stay as they were loaded.
+# Count every byte, each tensor once, *quantization constants included*: a quantized weight is
+# useless without the scales that turn its integers back into numbers. Only the linear layers
+# are quantized.
 
 
 # %%
@@ -173,10 +178,8 @@ n_params = sum(p.numel() for p in model.parameters())  # tied weights once
 del model  # only the counts are kept
 
 # %% [markdown]
-# Now load the same weights four more times, each time asking `from_pretrained` for another
-# format. 8-bit is bitsandbytes' LLM.int8: one signed byte per weight and one fp32 scale per row
-# of each matrix. bitsandbytes 0.50 quantizes to 8 bits on a CPU as well, so this loads it for real
-# on any machine. 4-bit is NF4, with and without double quantization.
+# The same weights four more times, in bf16, LLM.int8 (a byte per weight, an fp32 scale per row)
+# and NF4 without and with double quantization:
 
 # %%
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig
@@ -198,44 +201,60 @@ formats = {  # what is not quantized stays in bf16
     "nf4": {"quantization_config": nf4(double_quant=False)},
     "nf4 + double quant": {"quantization_config": nf4(double_quant=True)},
 }
-hf_logging.disable_progress_bar()  # five loads of the same files: no progress bars
+hf_logging.disable_progress_bar()  # the same small files loaded again and again: no progress bars
 # load_model downloaded the files already: read them from the cache, never wait on the network here
 offline = {"local_files_only": True, "adapter_kwargs": {"local_files_only": True}}
 for fmt, kwargs in formats.items():
     m = AutoModelForCausalLM.from_pretrained(source, dtype=torch.bfloat16, device_map=device_map, **offline, **kwargs)
     sizes[fmt] = footprint(m)
     del m
-hf_logging.enable_progress_bar()
 gc.collect()
 if on_gpu:
     torch.cuda.empty_cache()  # give the copies back before the training below is measured
 
-fp32_total = sizes["fp32"][0]
-print(
-    f"{name}: {sizes['fp32'][2]:,} of its {n_params:,} weights are in linear layers "
-    f"({100 * sizes['fp32'][2] / n_params:.0f} %); the rest is never quantized (fp32 in the first row, bf16 below)\n"
-)
-print(f"{'format':20} {'whole model':>14} {'linear layers':>14} {'bits per weight':>16} {'vs fp32':>8}")
-for fmt, (total, linear, weights) in sizes.items():
+bytes_per_weight = {fmt: linear / weights for fmt, (total, linear, weights) in sizes.items()}
+linear_share = sizes["fp32"][2] / n_params
+print(f"{name}: {100 * linear_share:.0f} % of its {n_params:,} weights are in linear layers\n")
+print(f"{'format':20} {'whole model':>14} {'linear layers':>14} {'bytes per weight':>17} {'vs fp32':>8}")
+for fmt, (total, linear, _) in sizes.items():
     print(
-        f"{fmt:20} {total / MIB:10,.3f} MiB {linear / MIB:10,.3f} MiB {8 * linear / weights:16.3f} "
-        f"{fp32_total / total:7.2f}x"
+        f"{fmt:20} {total / MIB:10,.3f} MiB {linear / MIB:10,.3f} MiB {bytes_per_weight[fmt]:17.4f} "
+        f"{sizes['fp32'][0] / total:7.2f}x"
     )
-helpers.record("footprint_mib", {fmt: round(s[0] / MIB, 4) for fmt, s in sizes.items()})
-helpers.record("bits_per_linear_weight", {fmt: round(8 * s[1] / s[2], 4) for fmt, s in sizes.items()})
+
+# %%
+import matplotlib.pyplot as plt
+
+fig, ax = plt.subplots(figsize=(7, 3))
+bars = ax.bar(list(bytes_per_weight), list(bytes_per_weight.values()), color=["C7", "C0", "C2", "C1", "C3"])
+ax.bar_label(bars, fmt="%.3f")
+ax.set(ylabel="bytes per weight", title=f"{name}: linear layers, constants included")
+plt.show()
 
 # %% [markdown]
-# Read the *bits per weight* column first: 32 and 16, then 8 and 4 plus the constants. The *whole
-# model* shrinks less than its linear layers, because the embeddings and the head stay in 16 bits:
-# a large share of a small model (printed above), under 4 % of a 7B model.
-#
+# **What to see:** each format halves the last, 4 bytes to 2 to 1 to a half, plus the scaling
+# constants. The *whole model* shrinks less: embeddings and head are never quantized. What share
+# is that?
+
+# %%
+from helpers.estimate import shape_of
+
+shape_7b = shape_of(plan_model)
+counts_7b = shape_7b.parameter_counts()
+kept_7b = counts_7b["embeddings"] + counts_7b["head"] + counts_7b["other"]  # never quantized
+kept_share_7b = kept_7b / sum(counts_7b.values())
+print(f"{name}: {100 * (1 - linear_share):.0f} % of the weights are never quantized")
+print(
+    f"{plan_model}: {100 * kept_share_7b:.1f} % ({kept_7b / 1e9:.2f}B of {sum(counts_7b.values()) / 1e9:.2f}B): "
+    f"a vocabulary of {shape_7b.vocab:,} tokens, and a head {'shared with' if shape_7b.tied else 'apart from'} the embeddings"
+)
+
+# %% [markdown]
 # ## What double quantization saves
 #
-# NF4 cuts the weights into blocks of 64 and stores, per block, its largest absolute value
-# (*absmax*) in fp32, to scale the 16 NF4 levels back. 32 bits shared by 64 weights is half a bit
-# per weight, on top of the 4. Double quantization quantizes those scales in turn: 8 bits per
-# block, plus one fp32 scale per 256 scales. The arithmetic, from the block sizes bitsandbytes
-# itself reports, and the bits measured on a matrix shaped like one projection of a 7B model:
+# NF4 stores, per block of 64 weights, its largest absolute value in fp32: half a bit per weight
+# on top of the 4. Double quantization stores those scales in 8 bits, plus one fp32 scale per 256
+# of them. Measured on a matrix shaped like one projection of a 7B model:
 
 # %%
 import bitsandbytes.functional as bnb_functional
@@ -248,117 +267,122 @@ for double_quant in (False, True):
     while s is not None:
         constants += [t for t in (s.absmax, s.code, s.offset) if t is not None]
         s = s.state2
-    code_bits = 8 * codes.nbytes / w.numel()
     bits = constant_bits[double_quant] = 8 * sum(t.nbytes for t in constants) / w.numel()
-    print(
-        f"{'with' if double_quant else 'without'} double quantization: {code_bits:.3f} bits of code + "
-        f"{bits:.4f} bits of constants = {code_bits + bits:.4f} bits per weight"
-    )
+    print(f"{'with' if double_quant else 'without'} double quantization: 4 bits of code + {bits:.4f} bits of constants")
 block, block2 = state.blocksize, state.state2.blocksize  # 64 weights per scale, 256 scales per scale of the scales
-single_bits = 32 / block  # one fp32 absmax per block
-double_bits = 8 / block + 32 / (block * block2)  # one 8-bit absmax per block, one fp32 per block2 of them
 print(
-    f"\nfrom the block sizes: 32 / {block} = {single_bits:.4f} bits without; "
-    f"8 / {block} + 32 / ({block} x {block2}) = {double_bits:.4f} bits with"
+    f"from the block sizes: 32 / {block} = {32 / block:.4f} bits without; "
+    f"8 / {block} + 32 / ({block} x {block2}) = {8 / block + 32 / (block * block2):.4f} bits with"
 )
 saved_bits = constant_bits[False] - constant_bits[True]
-print(f"double quantization saves {saved_bits:.4f} bits per weight")
-helpers.record("constant_bits_single", round(constant_bits[False], 4))
-helpers.record("constant_bits_double", round(constant_bits[True], 4))
-helpers.record("double_quant_saves_bits", round(saved_bits, 4))
-
-# %% [markdown]
-# That is the QLoRA paper's figure: the constants fall from 0.5 to 0.127 bits per weight (the
-# tiny rest of the measurement is the codebooks, fixed per matrix). What is that worth on a 7B
-# model, and on the model at hand? Each double-quantized matrix also carries a fixed cost, a
-# 256-entry fp32 codebook for its 8-bit scales, so a matrix must be large enough to win it back:
-
-# %%
-from helpers.estimate import shape_of
-
-linear_7b = shape_of(plan_model).parameter_counts()["linear"]
+linear_7b = counts_7b["linear"]
 print(
-    f"{plan_model}: {linear_7b / 1e9:.2f}B weights in linear layers x {saved_bits:.3f} bits = "
-    f"{linear_7b * saved_bits / 8 / GIB:.2f} GiB saved"
+    f"saved: {saved_bits:.4f} bits per weight; on {plan_model}'s {linear_7b / 1e9:.2f}B linear weights "
+    f"{linear_7b * saved_bits / 8 / GIB:.2f} GiB"
 )
 fixed_bytes = state.state2.code.nbytes + state.offset.nbytes  # per matrix: the scales' codebook and offset
 break_even = 8 * fixed_bytes / saved_bits
-bits_here = {fmt: 8 * sizes[fmt][1] / sizes[fmt][2] for fmt in ("nf4", "nf4 + double quant")}
-change = bits_here["nf4"] - bits_here["nf4 + double quant"]
-print(
-    f"a double-quantized matrix carries {fixed_bytes:,} bytes more of fixed cost, won back above "
-    f"{break_even:,.0f} weights per matrix"
-)
-print(
-    f"{name}: {bits_here['nf4']:.3f} bits per weight without, {bits_here['nf4 + double quant']:.3f} with: "
-    f"double quantization {'saves' if change > 0 else 'costs'} {abs(change):.3f} bits per weight here"
-)
-helpers.record("double_quant_saves_gib_7b", round(linear_7b * saved_bits / 8 / GIB, 3))
-helpers.record("double_quant_break_even_weights", round(break_even))
+print(f"each double-quantized matrix carries {fixed_bytes:,} bytes more, won back above {break_even:,.0f} weights")
 
 # %% [markdown]
-# On a real model every matrix holds millions of weights, far above the break-even point, so
-# double quantization always helps there; on the embedded model's tiny matrices (a few thousand
-# weights each) the fixed cost can win instead. Nothing is free: it is the same trade at every
-# scale, and the measurement tells you which side you are on.
+# The QLoRA paper's figure: 0.5 to 0.127 bits per weight (Dettmers et al. 2023, arXiv:2305.14314,
+# section 3). A real model's matrices are far above the break-even size; the small model's are
+# below it, so the table above shows double quantization *costing* it a little.
 #
-# ## QLoRA in one call
+# ## QLoRA written out
 #
-# `helpers.qlora.load_qlora` does what a QLoRA script does: load the model with every linear layer
-# but the output head in NF4 with double quantization, freeze it, turn on gradient checkpointing,
-# and put a LoRA adapter on each of those layers. An adapter is two small matrices beside the frozen weight W:
-# A (r x d_in) and B (d_out x r); the layer computes W x + (alpha / r) B A x, and only A and B
-# train. B starts at zero, so training starts from the model exactly as it was. It prints the
-# footprint it measured:
+# As the transformers and peft documentation write it: load with a `BitsAndBytesConfig`, prepare
+# the 4-bit model for training, put a LoRA adapter on every linear layer. An adapter is two small
+# matrices beside the frozen W, A (r x d_in) and B (d_out x r): the layer computes
+# W x + (alpha / r) B A x, and only A and B train.
+
+# %%
+import warnings
+
+from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+
+from helpers.qlora import disable_cpu_repacking
+
+precision = machine.precision.name
+compute_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)  # fp32 on a CPU
+half = torch.float16 if precision == "fp16" else torch.bfloat16  # what is not quantized loads in 16 bits
+bnb_config = BitsAndBytesConfig(
+    load_in_4bit=True,
+    bnb_4bit_quant_type="nf4",
+    bnb_4bit_use_double_quant=True,
+    bnb_4bit_compute_dtype=compute_dtype,
+)
+plain = AutoModelForCausalLM.from_pretrained(
+    source, quantization_config=bnb_config, dtype=half, device_map=device_map, **offline
+)
+embeddings = plain.get_input_embeddings().weight
+before = (embeddings.dtype, embeddings.nbytes)
+# peft 0.21 still calls transformers' old checkpointing names, which warn; the calls work
+warnings.filterwarnings("ignore", r".*(gradient_checkpointing_enable|is_gradient_checkpointing).*", FutureWarning)
+plain = prepare_model_for_kbit_training(
+    plain, use_gradient_checkpointing=True, gradient_checkpointing_kwargs={"use_reentrant": False}
+)
+embeddings = plain.get_input_embeddings().weight
+print(
+    f"embeddings: {before[0]} {before[1] / MIB:.3f} MiB before prepare_model_for_kbit_training, "
+    f"{embeddings.dtype} {embeddings.nbytes / MIB:.3f} MiB after"
+)
+lora_config = LoraConfig(
+    r=lora_r,
+    lora_alpha=lora_alpha,
+    lora_dropout=lora_dropout,
+    target_modules="all-linear",  # every linear layer but the output head, as in the QLoRA paper
+    bias="none",
+    task_type="CAUSAL_LM",
+)
+plain = get_peft_model(plain, lora_config)
+if not on_gpu:
+    disable_cpu_repacking(plain)  # a CPU-only fix: see helpers/qlora.py
+plain.print_trainable_parameters()
+
+# %% [markdown]
+# `prepare_model_for_kbit_training` freezes the base and casts all that is not 4-bit to fp32: the
+# embeddings doubled above. The kit's shortcut, `helpers.qlora.load_qlora`, does the same in one
+# call. Same result:
+
+# %%
+from helpers.qlora import load_qlora, measure_footprint
+
+model, tokenizer = load_qlora(model_id, r=lora_r, alpha=lora_alpha, dropout=lora_dropout, smoke=smoke)
+fp, fp_plain = measure_footprint(model), measure_footprint(plain)
+config = model.peft_config["default"]
+same = {
+    "trainable parameters": fp.trainable_params == fp_plain.trainable_params,
+    "bytes in memory": fp.total_bytes == fp_plain.total_bytes,
+    "LoRA settings": all(getattr(config, k) == getattr(lora_config, k) for k in ("r", "lora_alpha", "lora_dropout")),
+}
+print(", ".join(f"{k}: {'same' if v else 'DIFFERENT'}" for k, v in same.items()))
+del plain, fp_plain
+
+# %% [markdown]
+# The adapter's parameters, counted: r x (d_in + d_out) per layer, summed.
 
 # %%
 import bitsandbytes as bnb
 
-from helpers.qlora import load_qlora, measure_footprint
+from helpers.estimate import estimate_training_memory
 
-model, tokenizer = load_qlora(model_id, r=lora_r, alpha=lora_alpha, smoke=smoke)
-fp = measure_footprint(model)
 all_params = fp.quantized_params + fp.other_params + fp.trainable_params
 adapted = [m for m in model.modules() if hasattr(m, "lora_A") and isinstance(m.base_layer, bnb.nn.Linear4bit)]
 by_formula = sum(lora_r * (m.base_layer.in_features + m.base_layer.out_features) for m in adapted)
-first = adapted[0]
-a, b = first.lora_A["default"].weight, first.lora_B["default"].weight
-print(
-    f"\n{len(adapted)} adapted layers; the first: W {first.base_layer.out_features} x "
-    f"{first.base_layer.in_features} (frozen, 4-bit), A {tuple(a.shape)}, B {tuple(b.shape)}"
-)
-print(
-    f"trainable: {fp.trainable_params:,} of {all_params:,} parameters ({100 * fp.trainable_params / all_params:.2f} %)"
-    f"; r x (d_in + d_out) summed over those layers: {by_formula:,}"
-)
 assert by_formula == fp.trainable_params
-helpers.record("trainable_params", fp.trainable_params)
-helpers.record("trainable_pct", round(100 * fp.trainable_params / all_params, 3))
-helpers.record("qlora_footprint_mib", round(fp.total_bytes / MIB, 4))
-
-# %% [markdown]
-# An adapter adds r x (d_in + d_out) parameters to a layer of d_in x d_out weights: a share of
-# r / d_in + r / d_out. That share depends on how wide the model is. The embedded model's layers are
-# 64 wide, so rank 16 is a large fraction of them; a 7B model's are 4,096 wide or more:
-
-# %%
-from helpers.estimate import estimate_training_memory
-
 e7b = estimate_training_memory(plan_model, batch_size=1, seq_len=plan_seq_len, method="qlora", lora_r=lora_r)
-print(
-    f"{plan_model}, r = {lora_r} on every linear layer: {e7b.trainable:,} trainable of {e7b.parameters:,} "
-    f"({100 * e7b.trainable / e7b.parameters:.2f} %)"
-)
-helpers.record("trainable_pct_7b", round(100 * e7b.trainable / e7b.parameters, 3))
+print(f"{name}: {len(adapted)} adapted layers, {by_formula:,} trainable ({100 * by_formula / all_params:.2f} %)")
+print(f"{plan_model}: {e7b.trainable:,} trainable of {e7b.parameters:,} ({100 * e7b.trainable / e7b.parameters:.2f} %)")
 
 # %% [markdown]
+# The share is r / d_in + r / d_out of each layer: large on 64-wide layers, well under 1 % on a
+# 7B's 3,584-wide ones.
+#
 # ## A few steps of training
 #
-# The course dataset, cut into sequences of `seq_len` tokens (`pack_course_data`: notebook 02's
-# recipe in one call), and the Trainer with the kit's `training_args`. Before training, keep a copy
-# of every frozen tensor (the 4-bit codes included) and of every adapter, to compare afterwards.
-# `measure` wraps the run: the activations autograd held for backward at the peak, counted
-# exactly, and on a GPU the allocator's peak.
+# Copy every frozen tensor and every adapter, train, and compare; the Trainer evaluates a fixed
+# batch every other step, so its curve is not noisy from batch to batch.
 
 # %%
 from transformers import PrinterCallback, Trainer
@@ -368,6 +392,7 @@ from helpers.memory import measure
 from helpers.training import training_args
 
 train_data = pack_course_data(tokenizer, seq_len)
+fixed_batch = train_data.select(range(per_device_batch))  # the same sequences evaluated before, during and after
 
 frozen_before = {n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters() if not p.requires_grad}
 adapters_before = {n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters() if p.requires_grad}
@@ -375,51 +400,45 @@ args = training_args(
     "build/checkpoints",
     per_device_train_batch_size=per_device_batch,
     gradient_accumulation_steps=grad_accum_steps,
-    max_steps=max_steps,
+    max_steps=train_steps,
     learning_rate=learning_rate,
-    activation_checkpointing=True,  # load_qlora turned it on in the model already; this says so
+    activation_checkpointing=True,  # the model has it on already; this records it in the arguments
     logging_steps=1,
+    eval_strategy="steps",
+    eval_steps=2,  # the fixed batch's loss every other step
+    per_device_eval_batch_size=per_device_batch,
     save_strategy="no",
     disable_tqdm=True,
     dataloader_pin_memory=on_gpu,
 )
-trainer = Trainer(model=model, args=args, train_dataset=train_data)
-trainer.remove_callback(PrinterCallback)  # the losses are printed below, one line for the whole run
+trainer = Trainer(model=model, args=args, train_dataset=train_data, eval_dataset=fixed_batch)
+trainer.remove_callback(PrinterCallback)  # the plot below shows the losses
+loss_before = trainer.evaluate()["eval_loss"]
 with measure("QLoRA training", model=model) as readout:
     result = trainer.train()
-losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+train_losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+eval_steps, eval_losses = zip(*[(h["step"], h["eval_loss"]) for h in trainer.state.log_history if "eval_loss" in h])
+eval_steps, eval_losses = [0, *eval_steps], [loss_before, *eval_losses]
+loss_after = eval_losses[-1]
+frozen_changed = [n for n, t in frozen_before.items() if not torch.equal(model.get_parameter(n).detach().cpu(), t)]
+adapters_changed = [n for n, t in adapters_before.items() if not torch.equal(model.get_parameter(n).detach().cpu(), t)]
+print(f"loss of a fixed batch: {loss_before:.3f} before, {loss_after:.3f} after {result.global_step} steps")
 print(
-    f"{result.global_step} steps of {per_device_batch} x {grad_accum_steps} sequences, "
-    f"loss by step: {', '.join(f'{x:.3f}' for x in losses)}"
+    f"frozen tensors changed: {len(frozen_changed)} of {len(frozen_before)}; "
+    f"adapter tensors changed: {len(adapters_changed)} of {len(adapters_before)} (compared byte for byte)"
 )
-helpers.record("train_losses", [round(x, 4) for x in losses])
 
-# %%
-frozen_changed = [
-    n
-    for n, p in model.named_parameters()
-    if not p.requires_grad and not torch.equal(p.detach().cpu(), frozen_before[n])
-]
-adapters_changed = [
-    n for n, p in model.named_parameters() if p.requires_grad and not torch.equal(p.detach().cpu(), adapters_before[n])
-]
-print(
-    f"frozen tensors (4-bit codes, embeddings, norms): {len(frozen_changed)} of {len(frozen_before)} changed, "
-    f"compared byte for byte"
-)
-print(f"adapter tensors (A and B of every layer): {len(adapters_changed)} of {len(adapters_before)} changed")
-helpers.record("frozen_changed", len(frozen_changed))
-helpers.record("adapters_changed_fraction", round(len(adapters_changed) / len(adapters_before), 4))
+fig, ax = plt.subplots(figsize=(6, 3))
+ax.plot(range(1, len(train_losses) + 1), train_losses, "o-", alpha=0.5, label="training loss (each step's own batch)")
+ax.plot(eval_steps, eval_losses, "s-", color="green", label="the same fixed batch, evaluated")
+ax.set(xlabel="optimizer step", ylabel="cross-entropy loss (nats per token)", title="QLoRA: only the adapters train")
+ax.legend(fontsize=8)
+plt.show()
 
 # %% [markdown]
-# The optimizer never touched the 4-bit weights: it only holds the adapters. A 4-bit code has 16
-# possible values, far too coarse for the small steps an optimizer takes, which is why QLoRA keeps
-# the trainable part in 16 or 32 bits and the gradient flows *through* the dequantized weights
-# into the adapters.
-#
-# Now the run's memory next to the estimator's prediction for the same settings. The activations
-# are counted exactly on any device; on a GPU the allocator's peak comes too, against the
-# estimator's `allocated` line (what `torch.cuda.max_memory_allocated` reports).
+# **What to see:** the loss falls while no frozen byte moved: a 4-bit code has 16 levels, too
+# coarse for an optimizer's small steps, so the gradient flows *through* the dequantized weights
+# into the adapters. The run's activations beside the estimator's prediction:
 
 # %%
 e = estimate_training_memory(
@@ -428,84 +447,76 @@ e = estimate_training_memory(
     seq_len=seq_len,
     method="qlora",
     lora_r=lora_r,
-    lora_dropout=0.05,
+    lora_dropout=lora_dropout,
     checkpointing=True,
-    precision=machine.precision.name,
+    precision=precision,
     grad_accum_steps=grad_accum_steps,
     device="cuda" if on_gpu else "cpu",
 )
-error = (e.activations - readout["activations"]) / readout["activations"]
+activation_error = (e.activations - readout["activations"]) / readout["activations"]
 print(
     f"activations held for backward: measured {readout['activations'] / MIB:,.2f} MiB, "
-    f"predicted {e.activations / MIB:,.2f} MiB ({100 * error:+.2f} %)"
+    f"predicted {e.activations / MIB:,.2f} MiB ({100 * activation_error:+.2f} %)"
 )
-helpers.record("activations_mib", round(readout["activations"] / MIB, 4))
-helpers.record("activation_error_pct", round(100 * error, 3))
 if on_gpu:
     peak = readout["peak_allocated"]
     print(
         f"peak allocated: measured {peak / MIB:,.0f} MiB (torch.cuda.max_memory_allocated), "
         f"predicted {e.allocated / MIB:,.0f} MiB ({100 * (e.allocated - peak) / peak:+.1f} %)"
     )
-    helpers.record("peak_allocated_mib", round(peak / MIB, 1))
-    helpers.record("predicted_allocated_mib", round(e.allocated / MIB, 1))
-else:
-    print("no GPU here: the allocator's peak, and the estimator's `allocated` beside it, show on a GPU runtime")
 
 # %% [markdown]
 # ## A 7B model on a T4
 #
-# The estimator needs only the model's shape, so it can answer for a 7B model on any machine.
-# `plan` starts from the job as asked, a full fine-tune, and applies techniques in order of what
-# they cost until the job fits the card:
+# The estimator needs only the model's shape. `plan` starts from a full fine-tune and adds
+# techniques, cheapest first, until the job fits the card:
 
 # %%
+from helpers.catalog import gpu_bytes
 from helpers.plan import format_plan, plan
 
-steps = plan(plan_model, plan_gpu, batch_size=plan_batch, seq_len=plan_seq_len)
+steps = plan(plan_model, plan_gpu, per_device_batch=plan_batch, seq_len=plan_seq_len, lora_r=lora_r)
 print(format_plan(steps, plan_gpu))
-helpers.record("plan_7b_last_step", steps[-1].technique)
-helpers.record("plan_7b_total_gib", round(steps[-1].estimate.total / GIB, 2))
-helpers.record("plan_7b_fits", steps[-1].fits)
+card_gib = gpu_bytes(plan_gpu) / GIB  # what PyTorch sees of the card
+
+fig, ax = plt.subplots(figsize=(6, 3))
+ax.barh([s.technique for s in steps][::-1], [s.estimate.total / GIB for s in steps][::-1], color="C0")
+ax.axvline(card_gib, color="red", ls="--", label=f"{plan_gpu}: {card_gib:.2f} GiB to PyTorch")
+ax.set(xlabel="predicted total (GiB)", title=f"{plan_model}, {plan_batch} x {plan_seq_len} tokens")
+ax.legend(fontsize=8)
+plt.show()
 
 # %% [markdown]
-# LoRA freezes the model but keeps it in 16 bits, and 13.5 GiB of weights leave no room on a
-# 14.75 GiB card. The QLoRA line, in full:
+# **What to see:** checkpointing changes little at one sequence per step (the weights, gradients
+# and optimizer states are the bill); freezing the model for LoRA cuts it most, and only QLoRA
+# crosses the card's line. The QLoRA line in full, and its weights line taken apart:
 
 # %%
 qlora = steps[-1].estimate
 print(qlora.table())
-counts = shape_of(plan_model).parameter_counts()
-kept = counts["embeddings"] + counts["head"] + counts["other"]
 no_dq = estimate_training_memory(plan_model, **{**qlora.settings, "double_quant": False})
 print(
-    f"\nthe weights line: {counts['linear'] / 1e9:.2f}B linear weights in NF4 "
-    f"{counts['linear'] * (4 + constant_bits[True]) / 8 / GIB:.2f} GiB + embeddings, head and norms in fp32 "
-    f"{4 * kept / GIB:.2f} GiB + adapters in fp32 {4 * qlora.trainable / GIB:.2f} GiB"
+    f"\nthe weights line: {linear_7b / 1e9:.2f}B linear weights in NF4 "
+    f"{linear_7b * (4 + constant_bits[True]) / 8 / GIB:.2f} GiB + embeddings, head and norms in fp32 "
+    f"{4 * kept_7b / GIB:.2f} GiB + adapters in fp32 {4 * qlora.trainable / GIB:.2f} GiB"
 )
 print(
-    f"without double quantization the total would be {no_dq.total / GIB:.2f} GiB, "
-    f"{(no_dq.total - qlora.total) / GIB:.2f} GiB more"
+    f"without double quantization: {no_dq.total / GIB:.2f} GiB in total, {(no_dq.total - qlora.total) / GIB:.2f} more"
 )
-helpers.record("qlora_7b_weights_gib", round(qlora.weights / GIB, 2))
 
 # %% [markdown]
-# About 4.5 GiB of weights where LoRA needed 13.5, and the rest of the bill (adapters, their
-# gradients and AdamW states, checkpointed activations) is small: a 7B fine-tune fits a free T4
-# with room to spare. Notebook 08 runs it for real. The same plan from a terminal:
+# The 14 % left unquantized is more than half of the weights line, in fp32; still, the job fits a
+# free T4. Notebook 08 runs it. The same plan from a terminal:
 #
 # ```
-# python -m helpers plan --model Mistral-7B --gpu T4 --seq-len 512 --batch-size 4
+# python -m helpers plan --model Qwen2.5-7B --gpu T4 --seq-len 512 --batch-size 1
 # ```
 #
 # ## Quick checks
 #
-# Three questions on this notebook. In each cell below, replace `None` with your answer and run the
-# cell: it answers at once, with a hint when the answer is not right yet and the explanation when
-# it is. Each check prints a receipt (question, attempt, result) that stays in the notebook. If
-# your instructor grades these, keep each answer in its `answer_...` line, run all the cells, then
-# download the notebook (File > Download > Download .ipynb) and hand it in. Set your student id
-# first: the last question gives each student their own numbers.
+# Replace `None` with your answer and run the cell. If your instructor grades these, run all the
+# cells, then download the notebook (File > Download > Download .ipynb). Set your student id first:
+# one question gives each student their own numbers.
 
 # %%
 # QUICK CHECK student
@@ -528,18 +539,67 @@ check("q05_2", answer_q05_2)
 answer_q05_3 = None  # a number, from your own numbers (set student_id first)
 check("q05_3", answer_q05_3, student_id=student_id)
 
+# %%
+# QUICK CHECK q05_4
+answer_q05_4 = None  # one letter, in quotes
+check("q05_4", answer_q05_4)
+
 # %% [markdown]
 # ## In this notebook we:
 #
-# - measured the same model in fp32, bf16, 8-bit (LLM.int8) and 4-bit NF4, constants included, and
-#   saw why the whole model shrinks less than its linear layers;
-# - computed what double quantization saves from the block sizes (0.5 to 0.127 bits per weight),
-#   measured it, and found where a matrix is too small for it to pay;
-# - loaded a model for QLoRA in one call, counted its trainable parameters with r x (d_in + d_out),
-#   and saw why their share depends on the model's width;
-# - trained a few steps and proved, byte for byte, that only the adapters changed, with the
-#   activations measured beside the estimator's prediction;
-# - asked the estimator for a 7B model on a T4: only QLoRA fits, with room to spare.
+# - measured the same model in fp32, bf16, int8 and NF4, constants included, and plotted the
+#   bytes per weight; saw that embeddings and head stay unquantized (14 % of Qwen2.5-7B);
+# - measured double quantization's saving, 0.5 to 0.127 bits per weight, and where it stops paying;
+# - wrote QLoRA out with `BitsAndBytesConfig`, `prepare_model_for_kbit_training`, `LoraConfig` and
+#   `get_peft_model`, and got the same model from the kit's `load_qlora`;
+# - trained it: the loss fell, only the adapters changed, the activations matched the estimate;
+# - planned Qwen2.5-7B on a T4: only QLoRA fits.
 #
-# Next: notebook 06 keeps track of the experiments: seeds, their spread, and the config saved with
-# every checkpoint.
+# ## Change this, predict, run
+#
+# 1. Set `lora_r = 64`, the QLoRA paper's rank. Predict the trainable parameters (of this model
+#    and of the 7B) and whether the 7B plan still fits. Run all.
+# 2. Set `plan_model = "Mistral-7B"` (a 32,000-token vocabulary). Predict whether its weights
+#    line is larger or smaller than Qwen2.5-7B's, and why. Run all.
+#
+# Next: notebook 06 tracks experiments and seeds.
+
+# %% [markdown]
+# The cell below saves this run's figures for the course's own tests; you can skip it.
+
+# %% tags=["record"]
+helpers.record("model", "embedded" if embedded else model_id)
+helpers.record("footprint_mib", {fmt: round(s[0] / MIB, 4) for fmt, s in sizes.items()})
+helpers.record("bits_per_linear_weight", {fmt: round(8 * b, 4) for fmt, b in bytes_per_weight.items()})
+helpers.record("linear_share", round(linear_share, 4))
+helpers.record("unquantized_share_7b", round(kept_share_7b, 4))
+helpers.record("constant_bits_single", round(constant_bits[False], 4))
+helpers.record("constant_bits_double", round(constant_bits[True], 4))
+helpers.record("double_quant_saves_bits", round(saved_bits, 4))
+helpers.record("double_quant_saves_gib_7b", round(linear_7b * saved_bits / 8 / GIB, 3))
+helpers.record("double_quant_break_even_weights", round(break_even))
+helpers.record("embeddings_dtype_before_prepare", str(before[0]).removeprefix("torch."))
+helpers.record("embeddings_dtype_after_prepare", str(embeddings.dtype).removeprefix("torch."))
+helpers.record("plain_recipe_same_as_load_qlora", same)
+helpers.record("trainable_params", fp.trainable_params)
+helpers.record("trainable_pct", round(100 * fp.trainable_params / all_params, 3))
+helpers.record("qlora_footprint_mib", round(fp.total_bytes / MIB, 4))
+helpers.record("trainable_pct_7b", round(100 * e7b.trainable / e7b.parameters, 3))
+helpers.record("train_losses", [round(x, 4) for x in train_losses])
+helpers.record("loss_before", round(loss_before, 4))
+helpers.record("eval_losses", {step: round(x, 4) for step, x in zip(eval_steps, eval_losses)})
+helpers.record("loss_after", round(loss_after, 4))
+helpers.record("frozen_changed", len(frozen_changed))
+helpers.record("adapters_changed_fraction", round(len(adapters_changed) / len(adapters_before), 4))
+helpers.record("activations_mib", round(readout["activations"] / MIB, 4))
+helpers.record("activation_error_pct", round(100 * activation_error, 3))
+if on_gpu:
+    helpers.record("peak_allocated_mib", round(readout["peak_allocated"] / MIB, 1))
+    helpers.record("predicted_allocated_mib", round(e.allocated / MIB, 1))
+helpers.record("plan_7b_model", plan_model)
+helpers.record("plan_7b_totals_gib", {s.technique: round(s.estimate.total / GIB, 2) for s in steps})
+helpers.record("plan_7b_last_step", steps[-1].technique)
+helpers.record("plan_7b_total_gib", round(steps[-1].estimate.total / GIB, 2))
+helpers.record("plan_7b_fits", steps[-1].fits)
+helpers.record("qlora_7b_weights_gib", round(qlora.weights / GIB, 2))
+helpers.record("qlora_7b_unquantized_gib", round(4 * kept_7b / GIB, 2))

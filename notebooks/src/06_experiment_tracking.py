@@ -1,20 +1,14 @@
 # %% [markdown]
-# # 06 · Experiment tracking: seeds, spread, and the config behind every checkpoint
+# # 06 · Experiment tracking: seeds, learning rates, and the config behind every checkpoint
 #
-# **Hardware:** any runtime. On a T4 it fine-tunes SmolLM2-135M; on a CPU it uses the embedded tiny
-# model. Runs go to Weights & Biases when a key is set (a Colab or Kaggle secret named
-# `WANDB_API_KEY`), and are saved offline, to upload later, when not.
-# **Time:** about 3 minutes on a T4 including the install; under 30 seconds headless on a CPU.
+# **Hardware:** any runtime. On a T4 it fine-tunes SmolLM2-135M; on a CPU it uses the kit's tiny built-in
+# model. Runs go to Weights & Biases when a key is set (a Colab or Kaggle secret named `WANDB_API_KEY`),
+# and are saved offline, to upload later, when not.
+# **Time:** about 3 minutes on a T4 including the install; under 30 seconds on a CPU.
 #
-# A fine-tuning result is a number from one training run, and a training run is one draw from a
-# random process: the order of the data, the dropout masks, the initial values of new weights all
-# come from a random generator. This notebook:
-#
-# 1. trains twice with the same seed and gets the same losses, bit for bit;
-# 2. trains with other seeds, sees the spread, and reports the result as mean ± standard deviation;
-# 3. tracks every run with wandb, online or offline, without ever stopping at a login prompt;
-# 4. saves the run's config next to every checkpoint, picks the best checkpoint and reads back
-#    exactly what produced it.
+# A fine-tuning result is one draw from a random process. This notebook tracks runs with wandb, repeats a
+# run exactly with a seed, measures which learning rate suits LoRA and which a full fine-tune, measures the
+# spread across seeds, and reads back the config saved next to a checkpoint.
 
 # %% tags=["install"]
 # Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
@@ -25,17 +19,28 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 
 if not any(metadata.distributions(name="compute-realities-kit")):
     repo, ref = "compute-realities/finetune-kit", "main"
     if "KAGGLE_KERNEL_RUN_TYPE" in os.environ:  # Kaggle's internet may be off: say so now, not after pip's retries
-        try:
-            socket.create_connection(("github.com", 443), timeout=5).close()
-        except OSError:
+        reached = []  # the name lookup has no timeout of its own: the probe gets 10 s in all, in a thread
+
+        def probe():
+            try:
+                socket.create_connection(("github.com", 443), timeout=5).close()
+                reached.append(True)
+            except OSError:
+                pass
+
+        probing = threading.Thread(target=probe, daemon=True)
+        probing.start()
+        probing.join(10)
+        if not reached:
             raise RuntimeError(
                 "This Kaggle session has no internet. Open Settings > Internet, switch it On "
                 "(it needs a phone-verified account), then run this cell again."
-            ) from None
+            )
     runtime_pins = os.path.join(tempfile.mkdtemp(), "runtime-pins.txt")  # pip may not replace the runtime's torch
     with open(runtime_pins, "w") as f:
         f.writelines(f"torch=={d.version}\n" for d in metadata.distributions(name="torch"))
@@ -65,14 +70,16 @@ if not any(metadata.distributions(name="compute-realities-kit")):
     print("Installed.")
 
 # %% tags=["parameters"]
-smoke = False  # True: use the embedded tiny model whatever the machine (the runner's --smoke sets it)
+smoke = False  # True: train the kit's tiny built-in model, whatever the machine (seconds; good for a first try)
 model_id = "HuggingFaceTB/SmolLM2-135M"  # a real small model; needs a GPU and the Hub
 seeds = [0, 1, 2]  # one run per seed: n = 3 is the least that shows a spread
 per_device_batch = 4  # sequences per micro-batch
 grad_accum_steps = 2  # effective batch = 4 x 2 x 1 = 8
 seq_len = 64  # tokens per sequence
-learning_rate = 2e-4  # a full fine-tune of a small model
-max_steps = 20  # optimizer steps per run; evaluated and saved at half way and at the end
+learning_rate = 5e-5  # a full fine-tune (every weight trains): TrainingArguments' default; LoRA starts at 2e-4
+max_steps = 20  # optimizer steps per run
+sweep_learning_rates = [1e-3, 3e-3, 1e-2, 3e-2]  # each tried for a full fine-tune and for LoRA
+sweep_steps = 10  # optimizer steps per run of the sweep
 project = "kit-06-tracking"  # the wandb project the runs go to
 
 # %%
@@ -97,12 +104,10 @@ from helpers.env import use_one_gpu
 gpus_in_use = use_one_gpu()  # 1 on a GPU machine (one of Kaggle's two T4s), 0 without a GPU
 
 # %% [markdown]
-# ## The model, the data and one training run
+# ## The model and the data
 #
-# The course dataset as one stream of tokens, cut into sequences of `seq_len` (`pack_course_data`,
-# as in notebooks 03 to 05); the last 16 sequences are held out for evaluation. `train(seed)` is
-# one complete run: it seeds every random generator with `seed_everything`, copies the base model,
-# and trains it with the Trainer (which seeds again from `seed=`).
+# The course dataset in sequences of `seq_len` tokens; the last 16 are held out to measure the loss on text
+# the model never trained on.
 
 # %%
 import copy
@@ -112,17 +117,67 @@ import torch
 import helpers
 from helpers.data import pack_course_data
 from helpers.env import describe
-from helpers.models import load_model
-from helpers.seeds import seed_everything
-from helpers.training import training_args
+from helpers.models import is_embedded, load_model
 
 machine = describe()
 print(machine.summary())
 base, tokenizer = load_model(model_id, smoke=smoke, dtype=torch.float32)  # fp32; a GPU trains it under autocast
+if is_embedded(base) and not torch.cuda.is_available():
+    torch.set_num_threads(1)  # the tiny model's matrices are too small to share out: one CPU thread is fastest
 split = pack_course_data(tokenizer, seq_len).train_test_split(test_size=16, shuffle=False)  # the last 16 held out
 train_data, eval_data = split["train"], split["test"]
-save_every = max(1, max_steps // 2)
-print(f"{len(train_data)} training and {len(eval_data)} evaluation sequences of {seq_len} tokens")
+print(f"{len(train_data)} training and {len(eval_data)} held-out sequences of {seq_len} tokens")
+
+
+def losses(trainer):  # the training loss at every logged step
+    return [h["loss"] for h in trainer.state.log_history if "loss" in h]
+
+
+# %% [markdown]
+# ## The plain recipe: wandb.init, then TrainingArguments(report_to="wandb")
+#
+# As the transformers and wandb docs write it. `mode="offline"` saves the run to disk instead of asking for a
+# login (`wandb sync` uploads it later); `report_to="wandb"` makes the Trainer log every loss into it.
+
+# %%
+import wandb
+from transformers import PrinterCallback, Trainer, TrainingArguments
+
+on_gpu = torch.cuda.is_available()
+bf16 = on_gpu and torch.cuda.get_device_capability()[0] >= 8  # bf16 from compute capability 8.0 (A100, L4)
+run = wandb.init(project=project, name="plain", mode="offline", config={"learning_rate": learning_rate})
+plain_args = TrainingArguments(
+    output_dir="build/plain",
+    per_device_train_batch_size=per_device_batch,
+    gradient_accumulation_steps=grad_accum_steps,  # effective batch = 4 x 2 = 8
+    learning_rate=learning_rate,
+    max_steps=max_steps,
+    logging_steps=1,
+    seed=seeds[0],  # set + report the seed
+    report_to="wandb",  # every logged loss goes to the wandb run
+    bf16=bf16,
+    fp16=on_gpu and not bf16,  # a T4 (compute capability 7.5): fp16 with loss scaling (notebook 02)
+    save_strategy="no",
+    disable_tqdm=True,
+    dataloader_pin_memory=on_gpu,  # pinned memory only speeds up copies to a GPU
+)
+plain = Trainer(model=copy.deepcopy(base), args=plain_args, train_dataset=train_data)
+plain.remove_callback(PrinterCallback)  # one line at the end instead of one per step
+plain.train()
+run.finish()
+print(f"plain recipe, seed {seeds[0]}: training loss by step {' '.join(f'{x:.4f}' for x in losses(plain))}")
+
+# %% [markdown]
+# ## The shortcut: init_tracking and training_args
+#
+# `init_tracking` calls `wandb.init` for you: online when it finds a key (the `WANDB_API_KEY` variable,
+# Colab's or Kaggle's secrets, a saved `wandb login`) and the server answers, offline otherwise; it never
+# prompts and never prints the key. `training_args` picks the card's precision. Same seed, so the same run:
+
+# %%
+from helpers.tracking import init_tracking
+from helpers.training import training_args
+
 settings = dict(
     per_device_train_batch_size=per_device_batch,
     gradient_accumulation_steps=grad_accum_steps,
@@ -130,246 +185,226 @@ settings = dict(
     max_steps=max_steps,
     logging_steps=1,
     disable_tqdm=True,
-    dataloader_pin_memory=torch.cuda.is_available(),
+    dataloader_pin_memory=on_gpu,
 )
-_ = training_args("build/checkpoints", seed=seeds[0], **settings)  # what every run below uses, each with its seed
+tracking = init_tracking(project, {"learning_rate": learning_rate}, name="kit")
+kit_args = training_args("build/kit", seed=seeds[0], report_to=tracking.report_to, save_strategy="no", **settings)
+kit = Trainer(model=copy.deepcopy(base), args=kit_args, train_dataset=train_data)
+kit.remove_callback(PrinterCallback)
+kit.train()
+tracking.finish()
+
+fields = ["per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate", "max_steps", "seed"]
+fields += ["report_to", "bf16", "fp16"]
+differing = [f for f in fields if getattr(plain_args, f) != getattr(kit_args, f)]
+for f in fields:
+    print(f"{f:>28}: plain {getattr(plain_args, f)!s:>9} | kit {getattr(kit_args, f)!s:>9}")
+same_seed_diff = max(abs(a - b) for a, b in zip(losses(plain), losses(kit)))
+print(f"arguments that differ: {differing or 'none'}; largest loss difference, step by step: {same_seed_diff!r}")
+
+# %% [markdown]
+# Same arguments, same seed, same losses: bit for bit on a CPU (on a GPU the last digits may differ; under
+# a *simulated* card the kit follows that card's precision while the plain code sees this CPU).
+#
+# ## LoRA wants a higher learning rate: measured
+#
+# LoRA trains two small new matrices whose product starts at zero, scaled by `lora_alpha / r`; a full
+# fine-tune moves every trained weight. A small sweep, both ways, each rate in `sweep_learning_rates` for `sweep_steps`
+# steps, then the held-out loss. The adapter is peft's plain `LoraConfig` + `get_peft_model` (notebook 05
+# adds 4-bit loading).
 
 # %%
-from transformers import PrinterCallback, Trainer
-from transformers.utils import logging as hf_logging
+import math
+import warnings
 
-from helpers.manifest import ManifestCallback
+import matplotlib.pyplot as plt
+from peft import LoraConfig, get_peft_model
 
-hf_logging.disable_progress_bar()  # no "Writing model shards" bar at every checkpoint
+from helpers.seeds import seed_everything
+
+warnings.filterwarnings("ignore", ".*is_gradient_checkpointing", FutureWarning)  # peft's old name, not yours
+eval_settings = dict(report_to="none", disable_tqdm=True, dataloader_pin_memory=on_gpu)
+lora_config = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", lora_dropout=0.0, task_type="CAUSAL_LM")
+evaluator = Trainer(model=base, args=TrainingArguments("build/eval", **eval_settings), eval_dataset=eval_data)
+base_eval_loss = evaluator.evaluate()["eval_loss"]  # the starting point: before any fine-tuning
 
 
-def train(seed, output_dir="build/checkpoints", report_to="none", save=False):
-    """One run from the base model: returns the Trainer, its losses in trainer.state.log_history."""
-    seed_everything(seed)
-    model = copy.deepcopy(base)  # every run starts from the same weights
-    args = training_args(
-        output_dir,
-        seed=seed,
-        report_to=report_to,
-        quiet=True,
-        **settings,
-        eval_strategy="steps" if save else "no",
-        eval_steps=save_every,
-        save_strategy="steps" if save else "no",
-        save_steps=save_every,
-        save_only_model=True,
-    )  # weights and manifest: enough to evaluate, not to resume
-    trainer = Trainer(
-        model=model,
-        args=args,
-        train_dataset=train_data,
-        eval_dataset=eval_data,
-        callbacks=[ManifestCallback(dataset=train_data)],
-    )  # a manifest in every checkpoint
-    trainer.remove_callback(PrinterCallback)  # the losses are printed below, one line per run
+def held_out_loss(method, lr):
+    seed_everything(seeds[0])  # before get_peft_model: the adapter's random start comes from this seed
+    model = copy.deepcopy(base) if method == "full" else get_peft_model(copy.deepcopy(base), lora_config)
+    args = dict(settings, learning_rate=lr, max_steps=sweep_steps, logging_steps=sweep_steps)
+    args = TrainingArguments("build/sweep", seed=seeds[0], report_to="none", save_strategy="no", **args)
+    trainer = Trainer(model=model, args=args, train_dataset=train_data, eval_dataset=eval_data)
+    trainer.remove_callback(PrinterCallback)
     trainer.train()
-    return trainer
+    return trainer.evaluate()["eval_loss"]
 
 
-def losses(trainer):
-    return [h["loss"] for h in trainer.state.log_history if "loss" in h]
+def best(results):  # the rate with the lowest held-out loss; a run that diverged (nan) never wins
+    return min(results, key=lambda lr: results[lr] if math.isfinite(results[lr]) else math.inf)
 
+
+sweep = {method: {lr: held_out_loss(method, lr) for lr in sweep_learning_rates} for method in ("full", "lora")}
+best_lr = {method: best(results) for method, results in sweep.items()}
+names = {"full": "full fine-tune", "lora": "LoRA (r 8)"}
+fig, ax = plt.subplots(figsize=(6, 3.5))
+for method, results in sweep.items():
+    ax.plot(list(results), list(results.values()), marker="o", label=f"{names[method]}: best {best_lr[method]:g}")
+    ax.plot(best_lr[method], results[best_lr[method]], "k*", markersize=12)
+ax.axhline(base_eval_loss, color="gray", ls="--", label=f"before fine-tuning: {base_eval_loss:.2f}")
+ax.set(xscale="log", xlabel="learning rate", ylabel="held-out loss after the run")
+ax.set_title(f"{sweep_steps} steps at each learning rate, seed {seeds[0]}")
+ax.legend(fontsize="small")
+plt.show()
+for method in sweep:
+    print(f"{names[method]:>15}: " + ", ".join(f"{lr:g} -> {loss:.3f}" for lr, loss in sweep[method].items()))
 
 # %% [markdown]
-# ## Same seed, same losses
+# Each curve is a valley: too small a rate barely leaves the dashed line, too large a rate overshoots. The
+# stars mark each method's best: LoRA's lies to the right. The values belong to this model and this many
+# steps (a tiny model takes large steps); the direction carries over. Starting points for real models:
+# 5e-5 for a full fine-tune (TrainingArguments' default, printed below) and 2e-4 for LoRA (the QLoRA authors'
+# Guanaco 7B script, github.com/artidoro/qlora, as of 2023; 1e-4 for 33B). Notebooks 07 and 08 use them.
 #
-# Train twice with seed 0 and compare the loss of every step.
+# ## The "no seed" mistake
+#
+# Pass no seed and the Trainer seeds itself with `TrainingArguments`' default, 42. It cannot reach what is
+# random *before* it starts: a LoRA adapter's starting weights, your own shuffle of the data. Two identical
+# LoRA runs without `seed_everything` before `get_peft_model`:
 
 # %%
-first = losses(train(seeds[0]))
-again = losses(train(seeds[0]))
-same_seed_diff = max(abs(a - b) for a, b in zip(first, again))
-print(f"seed {seeds[0]}, run 1: loss by step {' '.join(f'{x:.6f}' for x in first)}")
-print(f"seed {seeds[0]}, run 2: loss by step {' '.join(f'{x:.6f}' for x in again)}")
-print(
-    f"largest difference between the two runs: {same_seed_diff!r}"
-    + (" (identical, bit for bit)" if same_seed_diff == 0 else "")
-)
-helpers.record("same_seed_max_abs_diff", same_seed_diff)
+defaults = TrainingArguments("build/unseeded")
+print(f"TrainingArguments' defaults when you pass none: seed {defaults.seed}, learning_rate {defaults.learning_rate:g}")
+
+
+def unseeded_lora_run():
+    model = get_peft_model(copy.deepcopy(base), lora_config)  # the adapter starts from whatever the generator holds
+    args = TrainingArguments("build/unseeded", report_to="none", save_strategy="no", **settings)  # no seed=
+    trainer = Trainer(model=model, args=args, train_dataset=train_data)
+    trainer.remove_callback(PrinterCallback)
+    trainer.train()
+    return losses(trainer)
+
+
+no_seed = [unseeded_lora_run(), unseeded_lora_run()]
+no_seed_diff = max(abs(a - b) for a, b in zip(*no_seed))
+print(f"two runs, no seed before the adapter: largest loss difference {no_seed_diff:.2e}")
 
 # %% [markdown]
-# On a CPU the same seed gives exactly the same run: every operation is computed the same way, in
-# the same order. On a GPU some kernels add numbers with atomic operations, in an order that varies
-# from run to run, so the losses can differ in their last digits; `full_determinism=True` in
-# TrainingArguments forbids those kernels, at some cost in speed.
-#
-# ## Tracking every run, without a login prompt
-#
-# `init_tracking(project, config)` starts a wandb run. It looks for a key in the `WANDB_API_KEY`
-# variable, in Colab's secrets, in Kaggle's secrets and in a saved `wandb login`, and goes online
-# only when it finds one and the server answers within seconds. Otherwise the run is written to
-# disk, offline, and it prints the `wandb sync` command that uploads it later. It never asks for
-# anything, so Run all never hangs on an input box, and it never prints or saves the key.
-#
-# It also sets `WANDB_MODE` for this process, so that a run the Trainer starts by itself follows
-# the same choice; when the first run goes offline, the runs after it say that they found it set.
-#
-# `ManifestCallback` writes `run_manifest.json` into every checkpoint folder the Trainer saves:
-# every training argument, the seed, the effective batch, the model and its revision, the
-# dataset's fingerprint, the package versions, the kit's commit, the machine and the peak memory.
+# They differ although the Trainer seeded both with 42: each adapter started from another draw. Seed first,
+# then build the model, pass the same seed to `TrainingArguments`, and report it.
 #
 # ## Other seeds: the spread
 #
-# `run_seeds(train_fn, seeds)` seeds, calls `train_fn(seed)` for each seed, and collects the number
-# it returns: here the evaluation loss at the end of the run. Each run is tracked, evaluated and
-# saved at half way and at the end.
+# One run per seed at the sweep's best full fine-tune rate, each tracked, evaluated after every step and
+# saved half way and at the end. `ManifestCallback` writes `run_manifest.json` into every checkpoint: every
+# argument, the seed, the effective batch, the model, the data's fingerprint, the package versions.
 
 # %%
 import shutil
 from pathlib import Path
 
-from helpers.seeds import run_seeds
-from helpers.tracking import init_tracking
+from transformers.utils import logging as hf_logging
 
+from helpers.manifest import ManifestCallback
+from helpers.seeds import plot_seeds, run_seeds
+
+hf_logging.disable_progress_bar()  # no "Writing model shards" bar at every checkpoint
 runs_dir = Path("build/runs")
 shutil.rmtree(runs_dir, ignore_errors=True)  # checkpoints of an earlier run of this cell must not join the comparison
-config = {
-    "model_id": model_id,
-    "per_device_batch": per_device_batch,
-    "grad_accum_steps": grad_accum_steps,
-    "effective_batch": per_device_batch * grad_accum_steps,
-    "seq_len": seq_len,
-    "learning_rate": learning_rate,
-    "max_steps": max_steps,
-}
-trainers = {}
+seed_lr, save_every, trainers = best_lr["full"], max(1, max_steps // 2), {}
 
 
 def train_and_track(seed):
-    tracking = init_tracking(project, {**config, "seed": seed}, name=f"seed-{seed}")
-    trainers[seed] = train(seed, runs_dir / f"seed-{seed}", report_to=tracking.report_to, save=True)
+    tracking = init_tracking(project, {"learning_rate": seed_lr, "seed": seed}, name=f"seed-{seed}")
+    args = training_args(
+        runs_dir / f"seed-{seed}",
+        seed=seed,
+        report_to=tracking.report_to,
+        quiet=True,
+        **dict(settings, learning_rate=seed_lr),
+        eval_strategy="steps",
+        eval_steps=1,  # the held-out loss after every step: 16 sequences, a fraction of a step's time
+        save_strategy="steps",
+        save_steps=save_every,
+        save_only_model=True,  # weights and manifest: enough to evaluate, not to resume
+    )
+    trainer = Trainer(
+        model=copy.deepcopy(base),
+        args=args,
+        train_dataset=train_data,
+        eval_dataset=eval_data,
+        callbacks=[ManifestCallback(dataset=train_data)],
+    )
+    trainer.remove_callback(PrinterCallback)
+    trainer.train()
     tracking.finish()
-    return [h["eval_loss"] for h in trainers[seed].state.log_history if "eval_loss" in h][-1]
+    trainers[seed] = trainer
+    return [h["eval_loss"] for h in trainer.state.log_history if "eval_loss" in h][-1]
 
 
-runs = run_seeds(train_and_track, seeds, metric="eval_loss")
+def held_out_curve(trainer):  # the held-out loss before fine-tuning (step 0), then after every step
+    return [base_eval_loss] + [h["eval_loss"] for h in trainer.state.log_history if "eval_loss" in h]
 
-# %% [markdown]
-# The training losses of every seed, step by step, beside the first run of seed 0 from above:
 
-# %%
-print(f"{'step':>4} {'seed ' + str(seeds[0]) + ' above':>14}" + "".join(f"{'seed ' + str(s):>12}" for s in seeds))
-for step, row in enumerate(zip(first, *(losses(trainers[s]) for s in seeds)), 1):
-    print(f"{step:4} {row[0]:14.6f}" + "".join(f"{x:12.6f}" for x in row[1:]))
-in_sweep_diff = max(abs(a - b) for a, b in zip(first, losses(trainers[seeds[0]])))
-other_seed_diff = max((abs(a - b) for s in seeds[1:] for a, b in zip(first, losses(trainers[s]))), default=0.0)
-print(
-    f"seed {seeds[0]} again, now tracked and saved: largest difference {in_sweep_diff!r}; "
-    f"other seeds: up to {other_seed_diff:.6f}"
-)
-helpers.record("seed_in_sweep_max_abs_diff", in_sweep_diff)
-helpers.record("other_seed_max_abs_diff", other_seed_diff)
-
-# %% [markdown]
-# Tracking, evaluation and checkpoints do not change the run: the same seed gives the same losses
-# again (on a GPU, up to the last digits). Another seed changes the order in which the training
-# sequences come, and from the first step on each run takes its own path.
-#
-# ## The result: mean ± standard deviation over seeds
+runs = run_seeds(train_and_track, seeds, metric="held-out loss")
 
 # %%
-import math
-
-from helpers.seeds import plot_seeds
-
+fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.5))
+for seed in seeds:
+    left.plot(range(max_steps + 1), held_out_curve(trainers[seed]), label=f"seed {seed}")
+left.set(xlabel="optimizer step", ylabel="held-out loss", title=f"one curve per seed, learning rate {seed_lr:g}")
+left.xaxis.get_major_locator().set_params(integer=True)
+left.legend(fontsize="small")
+plot_seeds(runs, ax=right)
+plt.tight_layout()
+plt.show()
+other_seed_diff = max(abs(a - b) for s in seeds[1:] for a, b in zip(losses(trainers[seeds[0]]), losses(trainers[s])))
 decimals = max(1, 1 - math.floor(math.log10(runs.std))) if runs.std > 0 else 4  # two significant digits of the std
 print(
-    f"final eval loss = {runs.mean:.{decimals}f} ± {runs.std:.{decimals}f} (mean ± std over n = {len(seeds)} "
-    f"seeds; from {min(runs.values):.{decimals}f} to {max(runs.values):.{decimals}f})"
+    f"final held-out loss = {runs.mean:.{decimals}f} ± {runs.std:.{decimals}f} (mean ± sample std over "
+    f"n = {len(seeds)} seeds)"
 )
-print(
-    f"a change to the recipe must move the mean by more than a couple of standard deviations, "
-    f"2 x {runs.std:.{decimals}f} = {2 * runs.std:.{decimals}f}, before these seeds tell it from noise"
-)
-helpers.record("eval_loss_per_seed", runs.values)
-helpers.record("eval_loss_mean", runs.mean)
-helpers.record("eval_loss_std", runs.std)
-ax = plot_seeds(runs)
 
 # %% [markdown]
-# ## Why one seed's number is not a result
-#
-# Had this notebook run only one seed, it would have reported one of the dots above, and nothing
-# in that number says how far the next run would land. The standard deviation is that distance. A
-# change to the recipe (a learning rate, a data filter) that moves the mean by less than a couple of
-# standard deviations has not been shown to do anything: rerunning the baseline with another seed
-# moves it as much. So report the mean, the standard deviation and n, over at least three seeds,
-# and compare recipes by their means *and* spreads. (The standard deviation here is the sample
-# one, divided by n - 1, as `statistics.stdev` and `numpy.std(ddof=1)` compute it.)
+# Left: from the same start every curve falls, but each seed takes its own path (another order of the
+# data). Right: where each run ended. One seed would have reported one of those dots; the standard
+# deviation says how far the next run may land. A change that moves the mean by less than a couple of
+# standard deviations has not been shown to do anything: report mean, standard deviation and n.
 #
 # ## The best checkpoint, and what produced it
 #
-# Every checkpoint folder holds its manifest. The manifest also keeps the last evaluation before
-# the save, so choosing the best checkpoint needs nothing but the manifests:
+# Every checkpoint holds its manifest, with the last evaluation before the save:
 
 # %%
 from helpers.manifest import load_manifest
 
 checkpoints = sorted(runs_dir.glob("seed-*/checkpoint-*"))
 eval_loss = {c: load_manifest(c)["metrics"]["last_eval_log"]["eval_loss"] for c in checkpoints}
-for c, loss in eval_loss.items():
-    print(f"{c}: eval loss {loss:.6f}")
 best = min(checkpoints, key=eval_loss.get)
-print(f"\nbest: {best}; its folder holds {', '.join(sorted(p.name for p in best.iterdir()))}")
-
-# %%
 manifest = load_manifest(best)
-training, model_info, kit = manifest["training"], manifest["model"], manifest["kit"]
-print(f"read back from {best / 'run_manifest.json'}:")
+training, model_info = manifest["training"], manifest["model"]
+tracked = manifest["tracking"]  # None when tracking was disabled
+print(f"best of {len(checkpoints)} checkpoints: {best} (held-out loss {eval_loss[best]:.4f})")
 print(f"  seed              {training['seed']}")
 print(
     f"  effective batch   {training['effective_batch']} = per_device_batch {training['per_device_batch']} x "
     f"grad_accum_steps {training['grad_accum_steps']} x num_devices {training['num_devices']}"
 )
-print(
-    f"  learning rate     {training['args']['learning_rate']}; saved at step {manifest['step']} "
-    f"of {training['args']['max_steps']}"
-)
-print(
-    f"  model             {model_info['id']} (revision {model_info['revision']}, commit {model_info['commit']}), "
-    f"{model_info['trainable_parameters']:,} trainable parameters"
-)
+print(f"  learning rate     {training['args']['learning_rate']}, saved at step {manifest['step']}")
+print(f"  model             {model_info['id']} (revision {model_info['revision']})")
 print(f"  data              fingerprint {manifest['data']['fingerprint']}, {manifest['data']['num_rows']} rows")
 print(f"  packages          {', '.join(f'{k} {v}' for k, v in manifest['packages'].items())}")
-print(
-    f"  kit               {kit['version']}, commit {(kit['commit'] or 'unknown')[:12]}"
-    + (" with uncommitted changes" if kit["dirty"] else "")
-)
-print(
-    f"  machine           {manifest['machine']['platform']}, "
-    f"{', '.join(g['name'] for g in manifest['machine']['gpus']) or 'no GPU'}, "
-    f"precision {manifest['machine']['precision']['name']}"
-)
-tracked = manifest["tracking"]  # None when tracking was disabled
-print(
-    "  tracking          "
-    + (f"{tracked['mode']} wandb run {tracked['run_id']} in project {tracked['project']}" if tracked else "none")
-)
-helpers.record("best_checkpoint", best.as_posix())
-helpers.record("best_checkpoint_seed", int(best.parent.name.removeprefix("seed-")))
-helpers.record("manifest_seed", training["seed"])
-helpers.record("manifest_effective_batch", training["effective_batch"])
-helpers.record("manifest_learning_rate", training["args"]["learning_rate"])
+print("  tracking          " + (f"{tracked['mode']} wandb run {tracked['run_id']}" if tracked else "none"))
 
 # %% [markdown]
-# Six months from now, that file answers "how was this checkpoint made?" without your memory or
-# your notebook: rerun with the same seed, arguments, data, model revision and package versions,
-# and you get it back. Nothing secret is in it: the callback leaves out the environment and scrubs
-# the values of secret-looking variables (keys, tokens, passwords) before writing.
+# Six months from now that file answers "how was this checkpoint made?". It holds no secret: the callback
+# scrubs secret-looking values (keys, tokens, passwords) before writing.
 #
 # ## Quick checks
 #
-# Three questions on this notebook. In each cell below, replace `None` with your answer and run the
-# cell: it answers at once, with a hint when the answer is not right yet and the explanation when
-# it is. Each check prints a receipt (question, attempt, result) that stays in the notebook. If
-# your instructor grades these, keep each answer in its `answer_...` line, run all the cells, then
-# download the notebook (File > Download > Download .ipynb) and hand it in. Set your student id
-# first: the second question gives each student their own numbers.
+# Replace `None` with your answer and run the cell: it answers at once, with a hint or the explanation. If
+# your instructor grades these, run all the cells, download the notebook and hand it in.
 
 # %%
 # QUICK CHECK student
@@ -383,26 +418,63 @@ answer_q06_1 = None  # one letter, in quotes
 check("q06_1", answer_q06_1)
 
 # %%
-# QUICK CHECK q06_2
-answer_q06_2 = None  # a number, from your own numbers (set student_id first)
-check("q06_2", answer_q06_2, student_id=student_id)
-
-# %%
 # QUICK CHECK q06_3
 answer_q06_3 = None  # one letter, in quotes
 check("q06_3", answer_q06_3)
 
+# %%
+# QUICK CHECK q06_4
+answer_q06_4 = None  # one letter, in quotes
+check("q06_4", answer_q06_4)
+
+# %%
+# QUICK CHECK q06_5
+answer_q06_5 = None  # one letter, in quotes
+check("q06_5", answer_q06_5)
+
+# %% [markdown]
+# The next cell saves this run's figures for the course's own tests; nothing in it is for you to change.
+
+# %% tags=["record"]
+helpers.record("plain_losses", losses(plain))
+helpers.record("kit_losses", losses(kit))
+helpers.record("plain_kit_differing_args", differing)
+helpers.record("same_seed_max_abs_diff", same_seed_diff)
+helpers.record("base_eval_loss", base_eval_loss)
+helpers.record("sweep_learning_rates", sweep_learning_rates)
+for method, results in sweep.items():  # JSON has no nan: a diverged run is None
+    helpers.record(f"sweep_eval_loss_{method}", [x if math.isfinite(x) else None for x in results.values()])
+helpers.record("best_lr_full", best_lr["full"])
+helpers.record("best_lr_lora", best_lr["lora"])
+helpers.record("trainer_default_seed", defaults.seed)
+helpers.record("trainer_default_learning_rate", defaults.learning_rate)
+helpers.record("no_seed_max_abs_diff", no_seed_diff)
+helpers.record("seed_learning_rate", seed_lr)
+helpers.record("held_out_curve_per_seed", {str(s): held_out_curve(trainers[s]) for s in seeds})
+helpers.record("other_seed_max_abs_diff", other_seed_diff)
+helpers.record("eval_loss_per_seed", runs.values)
+helpers.record("eval_loss_mean", runs.mean)
+helpers.record("eval_loss_std", runs.std)
+helpers.record("best_checkpoint", best.as_posix())
+helpers.record("best_checkpoint_seed", int(best.parent.name.removeprefix("seed-")))
+helpers.record("manifest_seed", training["seed"])
+helpers.record("manifest_effective_batch", training["effective_batch"])
+helpers.record("manifest_learning_rate", training["args"]["learning_rate"])
+
 # %% [markdown]
 # ## In this notebook we:
 #
-# - trained twice with one seed and got the same losses, bit for bit on a CPU, and saw why a GPU
-#   may differ in the last digits;
-# - trained with other seeds and saw each take its own path;
-# - reported the result as mean ± standard deviation over n seeds, with a plot, and saw why one
-#   seed's number is not a result;
-# - tracked every run with wandb, online with a key and offline without, never prompting;
-# - wrote a manifest into every checkpoint, chose the best checkpoint from the manifests alone, and
-#   read back the seed, effective batch, learning rate, model, data, package versions and commit
-#   that produced it.
+# - tracked a run with the plain recipe (`wandb.init(mode="offline")`, `TrainingArguments(report_to="wandb",
+#   seed=...)`), then with the kit's shortcut: same arguments, same losses;
+# - measured a learning-rate sweep: LoRA's best rate lies above a full fine-tune's;
+# - saw the "no seed" mistake: the Trainer defaults to 42, but an adapter built before it is unseeded;
+# - plotted a loss curve per seed and reported mean ± standard deviation;
+# - chose the best checkpoint from the manifests alone and read back what produced it.
+#
+# **Change this, predict, run.**
+#
+# 1. Set `sweep_steps = 40`. Predict whether each method's best rate moves left (smaller) or right when the
+#    runs are four times longer, then run all and compare the stars.
+# 2. Set `seeds = [0, 1, 2, 3, 4, 5]`. Predict whether the standard deviation shrinks, then run all.
 #
 # Next: notebook 07 trains on Kaggle's two T4s at once.

@@ -1,22 +1,14 @@
 # %% [markdown]
 # # 07 · Kaggle T4 x2: data parallel on two GPUs from a notebook
 #
-# **Hardware:** Kaggle with Settings > Accelerator > GPU T4 x2. Any machine with several GPUs works
-# the same; one GPU runs one process; a machine without a GPU runs two CPU processes, so every step
-# still runs and is checked.
-# **Time:** about 3 minutes on Kaggle's T4 x2 including the install; under 30 seconds headless on a CPU.
+# **Hardware:** Kaggle's GPU T4 x2 (Settings > Accelerator), or any machine with several GPUs. Without a GPU,
+# two CPU processes stand in for the cards.
+# **Time:** about 3 minutes on Kaggle's T4 x2 including the install; under 30 seconds on a CPU.
 #
-# Kaggle gives you two T4s, and a notebook that trains on one of them leaves half the hardware idle.
-# *Data parallel* training uses both: each card holds a whole copy of the model, its gradients and its
-# optimizer state, and trains on its own share of every batch. After each backward pass the cards
-# average their gradients (an *all-reduce*), so every copy takes the same optimizer step and the
-# copies stay identical. This notebook:
-#
-# 1. reads the cards through the driver, without touching CUDA in the notebook itself;
-# 2. starts one training process per card from the notebook, with accelerate's `notebook_launcher`;
-# 3. trains a few steps and checks, number for number, that the copies stayed in sync;
-# 4. works out what the second card does to the effective batch;
-# 5. writes the same training as a script for `accelerate launch` on a rented multi-GPU machine.
+# *Data parallel* training uses both of Kaggle's T4s: each card holds a whole copy of the model and trains
+# on its own share of every batch; after each backward pass the cards average their gradients (an
+# *all-reduce*), so every copy takes the same step. Below: one process per card, the copies checked, the
+# step time measured against one device, the effective batch counted.
 
 # %% tags=["install"]
 # Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
@@ -27,17 +19,28 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 
 if not any(metadata.distributions(name="compute-realities-kit")):
     repo, ref = "compute-realities/finetune-kit", "main"
     if "KAGGLE_KERNEL_RUN_TYPE" in os.environ:  # Kaggle's internet may be off: say so now, not after pip's retries
-        try:
-            socket.create_connection(("github.com", 443), timeout=5).close()
-        except OSError:
+        reached = []  # the name lookup has no timeout of its own: the probe gets 10 s in all, in a thread
+
+        def probe():
+            try:
+                socket.create_connection(("github.com", 443), timeout=5).close()
+                reached.append(True)
+            except OSError:
+                pass
+
+        probing = threading.Thread(target=probe, daemon=True)
+        probing.start()
+        probing.join(10)
+        if not reached:
             raise RuntimeError(
                 "This Kaggle session has no internet. Open Settings > Internet, switch it On "
                 "(it needs a phone-verified account), then run this cell again."
-            ) from None
+            )
     runtime_pins = os.path.join(tempfile.mkdtemp(), "runtime-pins.txt")  # pip may not replace the runtime's torch
     with open(runtime_pins, "w") as f:
         f.writelines(f"torch=={d.version}\n" for d in metadata.distributions(name="torch"))
@@ -67,32 +70,22 @@ if not any(metadata.distributions(name="compute-realities-kit")):
     print("Installed.")
 
 # %% tags=["parameters"]
-smoke = False  # True: use the embedded tiny model whatever the machine (the runner's --smoke sets it)
+smoke = False  # True: train the kit's tiny built-in model, whatever the machine (seconds; good for a first try)
 model_id = "HuggingFaceTB/SmolLM2-135M"  # a real small model, fully fine-tuned; needs a GPU and the Hub
 per_device_batch = 4  # sequences per micro-batch, on each card
 grad_accum_steps = 2  # effective batch = 4 x 2 x 2 = 16 on two cards
 seq_len = 128  # tokens per sequence
 max_steps = 20  # optimizer steps
-learning_rate = 5e-5  # a full fine-tune of a pretrained model wants a small step
+learning_rate = 5e-5  # a full fine-tune (every weight trains): TrainingArguments' default; LoRA starts at 2e-4
 seed = 42
 
 # %% [markdown]
 # ## One rule: no CUDA in the notebook before the launch
 #
-# `notebook_launcher` starts the training processes by *forking* the notebook's own process: each
-# child starts as a copy of it. CUDA does not survive a fork. If anything in the notebook has
-# already initialised it (moving a model to the GPU, `torch.cuda.is_available()`, even importing
-# bitsandbytes), every child stops with "Cannot re-initialize CUDA in forked subprocess", and only
-# a restart of the notebook helps. So, until the launch, this notebook:
-#
-# - reads the cards through NVML, the driver's own management library (what `nvidia-smi` shows),
-#   never through `torch.cuda`;
-# - loads no model and imports no bitsandbytes, nor anything that imports it, such as transformers'
-#   `TrainingArguments` (accelerate refuses to launch once bitsandbytes is loaded): all of that
-#   happens inside the training function, in each child. That is also why this notebook works out
-#   the effective batch by hand rather than with `helpers.training`, which builds `TrainingArguments`.
-#
-# `describe(use_nvml=True)` and `read_gpu_memory()` do the reading:
+# The launcher *forks* this notebook's process, and CUDA does not survive a fork: once a cell has started
+# it (a model on the GPU, `torch.cuda.is_available()`, importing bitsandbytes), every child fails and only a
+# restart helps. So the notebook reads the cards through NVML (what `nvidia-smi` reads) and loads the model
+# only inside the training function.
 
 # %%
 # A helpers.py or helpers/ folder of yours would hide the kit's `helpers`: name it before anything imports it.
@@ -122,17 +115,10 @@ cards = read_gpu_memory()
 for card in cards:
     print(card)
 print(f"CUDA initialised in this notebook's process: {torch.cuda.is_initialized()}")
-helpers.record("gpu_count", len(machine.gpus))
-helpers.record("gpu_names", [g.name for g in machine.gpus])
 
 # %% [markdown]
-# ## How many processes
-#
-# One process per card: two on Kaggle's T4 x2. With one card there is nothing to run in parallel
-# and the launcher simply calls the function. Without any GPU this notebook starts two CPU
-# processes instead, so that the same code is exercised on any machine: the processes then talk
-# over *gloo* (PyTorch's CPU backend for exchanging tensors) where GPUs use *NCCL*. Everything else,
-# the gradient averaging and the checks below, is the same.
+# One process per card. Without a GPU, two CPU processes exchange gradients over *gloo* where GPUs use
+# *NCCL*.
 
 # %%
 num_processes = len(machine.gpus) if machine.gpus else 2
@@ -146,17 +132,14 @@ else:
     print(
         f"{rule}\n {stand_in}: launching {num_processes} CPU process{'es' if num_processes > 1 else ''} "
         "instead of GPU processes\n"
-        " they exchange gradients over gloo instead of NCCL; the code and the checks are the same\n"
-        " on Kaggle's T4 x2 this cell says 2 GPUs, and the same cells train on both cards\n"
+        " they exchange gradients over gloo instead of NCCL; the code and the checks are the same,\n"
+        " and every time below is this CPU's: it says nothing about a T4\n"
         f"{rule}"
     )
-helpers.record("num_processes", num_processes)
-helpers.record("backend", backend)
 
 # %% [markdown]
-# A little preparation that touches no device: load the course dataset once here, so the processes
-# find it in the cache instead of all building it at once; and import the model code, which the
-# forked children inherit instead of importing it again (a few seconds each).
+# Load the dataset once here (the processes find it cached) and import the model code, which the forked
+# children inherit; neither touches a device.
 
 # %%
 import sys
@@ -171,22 +154,15 @@ print(f"bitsandbytes imported: {'bitsandbytes' in sys.modules}; CUDA initialised
 # %% [markdown]
 # ## The training function
 #
-# Everything below runs in *every* process. It is an ordinary training loop with accelerate's three
-# additions: an `Accelerator` (which joins the process group and picks this process's card),
-# `accelerator.prepare` (which wraps the model in PyTorch's `DistributedDataParallel` and gives each
-# process its own share of the batches) and `accelerator.backward` (where the gradients are
-# averaged over the processes). At the end each process computes a checksum of its copy of the
-# weights, and the processes exchange them with `accelerator.gather`.
-#
-# It takes all its settings in one dictionary and imports what it needs itself, so the same
-# function can be saved as a script (last section). Rank 0, the first process, writes the results
-# to a small JSON file: the children cannot hand Python objects back to the notebook, but they
-# share its working folder.
+# It runs in *every* process: a plain PyTorch loop with accelerate's three additions, numbered in the
+# comments: `Accelerator` (joins the group, picks the card), `accelerator.prepare` (wraps the model in
+# `DistributedDataParallel`, gives each process its share of the batches) and `accelerator.backward`
+# (averages the gradients). Rank 0 writes the results to a JSON file.
 
 
 # %%
 def train_ddp(config):
-    """Train one data-parallel copy of the model; gather checksums, step sizes and memory from every process."""
+    """Train one data-parallel copy of the model; gather checksums, losses, step times and memory from every process."""
     import contextlib
     import io
     import json
@@ -213,6 +189,8 @@ def train_ddp(config):
         )
     rank = accelerator.process_index
     set_seed(config["seed"])
+    if not on_gpu:
+        torch.set_num_threads(1)  # one core per CPU process: one "device" each, in the baseline too
 
     # 2. a whole copy of the model in every process, in fp32 (autocast runs the matmuls in 16 bits)
     quiet = contextlib.nullcontext() if accelerator.is_main_process else contextlib.redirect_stdout(io.StringIO())
@@ -229,8 +207,9 @@ def train_ddp(config):
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
 
     # 5. train: accumulate grad_accum_steps micro-batches, then one optimizer step, in sync with the others
-    steps, sequences, per_step, losses, first_batch = 0, 0, [], [], None
-    start = time.perf_counter()
+    steps, sequences, per_step, losses, step_seconds, first_batch = 0, 0, [], [], [], None
+    loss_sum, micro_batches = 0.0, 0
+    start = last = time.perf_counter()
     with measure(f"rank {rank}", model=accelerator.unwrap_model(model), optimizer=optimizer.optimizer) as memory:
         while steps < config["max_steps"]:
             for batch in loader:
@@ -241,10 +220,12 @@ def train_ddp(config):
                     optimizer.step()  # skipped by accelerate until the gradients are complete
                     optimizer.zero_grad(set_to_none=False)  # zeroed, kept: the readout at the end counts them
                 sequences += batch.shape[0]
+                loss_sum, micro_batches = loss_sum + loss.item(), micro_batches + 1
                 if accelerator.sync_gradients:  # an optimizer step just happened
-                    steps, per_step = steps + 1, per_step + [sequences]
-                    losses.append(loss.item())
-                    sequences = 0
+                    now = time.perf_counter()
+                    steps, per_step, step_seconds = steps + 1, per_step + [sequences], step_seconds + [now - last]
+                    losses.append(loss_sum / micro_batches)  # this process's mean loss over the step's micro-batches
+                    sequences, loss_sum, micro_batches, last = 0, 0.0, 0, now
                     if steps == config["max_steps"]:
                         break
     seconds = time.perf_counter() - start
@@ -259,8 +240,9 @@ def train_ddp(config):
                 "rank": rank,
                 "device": "cpu" if accelerator.device.type == "cpu" else str(accelerator.device),
                 "first_batch_token_sum": first_batch,
-                "last_loss": losses[-1],
+                "losses": losses,
                 "sequences_per_step": per_step[0],
+                "step_seconds": step_seconds,
                 "seconds": seconds,
                 "memory": memory.as_dict(),
             }
@@ -293,28 +275,20 @@ def train_ddp(config):
 # %% [markdown]
 # ## Launch
 #
-# `notebook_launcher(train_ddp, args=(config,), num_processes=...)` forks the notebook into that many
-# processes, gives each its rank, and returns when all of them are done. They meet on a local port:
-# a free one is picked here, since 29500, the default, may still be held by an earlier run.
-#
-# One oddity: without a GPU, accelerate's own launch line still says "CUDAs"; the processes
-# themselves report, below, where they ran.
+# First the baseline: the same training on **one** device with twice the accumulation steps (the same
+# effective batch), in one forked child so this notebook still never starts CUDA. Then `notebook_launcher`
+# forks one process per card and returns when all are done.
 
 # %%
 import json
-import socket
-import time
+import multiprocessing
+import socket  # noqa: F811 (the install cell imported it too; this cell must not depend on it)
 from pathlib import Path
 
 from accelerate import notebook_launcher
 
-with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
 work = Path("build")  # this notebook's files: the processes' results, and train.py below
 work.mkdir(exist_ok=True)
-result_file = (work / "ddp_result.json").resolve()  # rank 0 writes it, this notebook reads it
-result_file.unlink(missing_ok=True)
 config = dict(
     model_id=model_id,
     smoke=smoke,
@@ -324,52 +298,107 @@ config = dict(
     max_steps=max_steps,
     learning_rate=learning_rate,
     seed=seed,
-    result_file=str(result_file),
+    result_file=str((work / "ddp_result.json").resolve()),  # rank 0 writes it, this notebook reads it
 )
-start = time.perf_counter()
+one_config = dict(
+    config, grad_accum_steps=grad_accum_steps * num_processes, result_file=str((work / "one_device.json").resolve())
+)
+
+for run_config in (config, one_config):
+    Path(run_config["result_file"]).unlink(missing_ok=True)  # an earlier run's result must not pass as this one's
+
+# the baseline: one process on one device, forked so that CUDA starts in the child, not here
+child = multiprocessing.get_context("fork").Process(target=train_ddp, args=(one_config,))
+child.start()
+child.join()
+if child.exitcode != 0:
+    raise RuntimeError(f"the one-device run stopped (exit code {child.exitcode}); its error is printed above")
+one = json.loads(Path(one_config["result_file"]).read_text())
+
+with socket.socket() as s:  # a free port: 29500, the default, may still be held by an earlier run
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
 notebook_launcher(train_ddp, args=(config,), num_processes=num_processes, use_port=str(port))
-launch_seconds = time.perf_counter() - start
-report = json.loads(result_file.read_text())
+report = json.loads(Path(config["result_file"]).read_text())
 print(
     f"{report['num_processes']} processes ({report['distributed_type']}, backend {report['backend']}, "
-    f"mixed precision {report['mixed_precision']}): {report['steps']} optimizer steps, "
-    f"{launch_seconds:.1f} s from launch to the last process's exit"
+    f"mixed precision {report['mixed_precision']}): {report['steps']} optimizer steps"
 )
-helpers.record("launch_seconds", round(launch_seconds, 1))
-helpers.record("processes_ran", report["num_processes"])
 
 # %% [markdown]
 # ## Did the copies stay in sync?
 #
-# Each process saw different sequences (the token sums of their first micro-batches differ) and
-# so computed a different loss. Yet after every step the weights must agree, because each process
-# applied the same averaged gradient. The checksums, one row per process:
+# Each process saw different sequences, yet all applied the same averaged gradient, so the weights must
+# agree:
 
 # %%
 for r, (total, squares) in zip(report["ranks"], report["checksums"]):
     print(
         f"rank {r['rank']} on {r['device']}: first micro-batch token sum {r['first_batch_token_sum']:>8,}, "
-        f"last loss {r['last_loss']:.4f} | weights: sum {total:.10f}, sum of squares {squares:.10f}"
+        f"last loss {r['losses'][-1]:.4f} | weights: sum {total:.10f}, sum of squares {squares:.10f}"
     )
 in_sync = all(c == report["checksums"][0] for c in report["checksums"])
 different_data = len({r["first_batch_token_sum"] for r in report["ranks"]}) == len(report["ranks"])
 print(f"parameters identical in every process: {in_sync}; every process had its own data: {different_data}")
 assert in_sync, "the copies drifted apart: the gradients were not averaged"
-helpers.record("params_in_sync", in_sync)
-helpers.record("param_checksums", [c[0] for c in report["checksums"]])
-helpers.record("different_data_per_rank", different_data)
 
 # %% [markdown]
-# Equal to the last digit: not "close", identical, because every process started from the same
-# weights (DDP copies rank 0's at the start) and added the same numbers to them in the same order.
+# Identical to the last digit: every copy started from rank 0's weights and added the same numbers.
+#
+# ## One device or two: loss and time per step
+#
+# Both runs see the same sequences per step (counted below). A second device changes the time per step:
+# each runs half the micro-batches, plus the all-reduce. The warm-up step is left out.
+
+# %%
+import statistics
+
+import matplotlib.pyplot as plt
+
+
+def mean_losses(run):  # the loss per optimizer step, averaged over the processes
+    return [statistics.fmean(step) for step in zip(*(r["losses"] for r in run["ranks"]))]
+
+
+def step_time(run):  # seconds per optimizer step, median after the first step, slowest process
+    return max(statistics.median(r["step_seconds"][1:] or r["step_seconds"]) for r in run["ranks"])
+
+
+device, devices = ("GPU", "GPUs") if backend == "nccl" else ("CPU process", "CPU processes")
+n = report["num_processes"]
+runs = {f"1 {device} (baseline)": one, f"{n} {devices if n > 1 else device} (launched)": report}
+fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.2))
+for label, run in runs.items():
+    label_with_steps = f"{label}, grad_accum_steps {run['grad_accum_steps']}"
+    left.plot(range(1, run["steps"] + 1), mean_losses(run), marker="o", label=label_with_steps)
+    print(f"{label_with_steps}: {step_time(run):.3f} s per optimizer step, final loss {mean_losses(run)[-1]:.4f}")
+left.set(xlabel="optimizer step", ylabel="training loss (mean over processes)", title="same effective batch")
+left.xaxis.get_major_locator().set_params(integer=True)
+left.legend(fontsize="small")
+right.bar(list(runs), [step_time(run) for run in runs.values()], color=["tab:blue", "tab:orange"])
+right.set(ylabel="seconds per optimizer step", title="time per step (measured on this machine)")
+plt.tight_layout()
+plt.show()
+speedup = step_time(one) / step_time(report)
+print(f"time per step, one device / {n}: {speedup:.2f} (above 1: the launched run took less time per step)")
+if backend == "gloo":
+    print(
+        "measured with CPU processes sharing this machine's cores"
+        + (" (the T4s are simulated: no GPU ran)" if machine.simulated else "")
+        + ": this says nothing about two T4s; on Kaggle's T4 x2 the same cell measures the cards"
+    )
+
+# %% [markdown]
+# Left: same recipe, same effective batch; the runs draw different batches, so the curves differ step by
+# step but not in level. Right: the time per step.
+# On Kaggle's T4 x2 this measures the cards: each runs half the micro-batches, and the all-reduce adds time
+# to every step. On a CPU both "devices" share the same cores, so the bar says nothing about GPUs.
 #
 # ## What each card holds
 #
-# Each process measured its own training with `measure`: the bytes of the weights, gradients and
-# AdamW states (exact), the activations, and the device's peak (torch.cuda's on its card, the
-# process RSS on CPU). Data parallel saves no memory per card: every row shows the whole bill.
-# Then NVML again, from the notebook: with the processes gone, their memory is back, and the
-# launcher can run again in the same session.
+# Each process measured its own bill (exact bytes, and the peak). Every row is the whole single-GPU bill:
+# data parallel buys speed, not memory; a model too big for one card needs QLoRA (notebook 05) or sharding
+# (FSDP, DeepSpeed ZeRO).
 
 # %%
 for r in report["ranks"]:
@@ -385,65 +414,35 @@ for r in report["ranks"]:
     )
 for card in read_gpu_memory():
     print(f"after the launch, through NVML: {card}")
-if "peak_allocated" in report["ranks"][0]["memory"]:
-    helpers.record(
-        "peak_allocated_mib_per_rank", [round(r["memory"]["peak_allocated"] / MIB, 1) for r in report["ranks"]]
-    )
-helpers.record("weights_mib_per_rank", [round(r["memory"]["weights"] / MIB, 2) for r in report["ranks"]])
-helpers.record("optimizer_mib_per_rank", [round(r["memory"]["optimizer"] / MIB, 2) for r in report["ranks"]])
 
 # %% [markdown]
-# The per-card bill is the single-GPU bill. What the second card buys is speed: twice the sequences
-# per step at the same time per micro-batch, less the time spent averaging gradients. If the model
-# does not fit one card, data parallel does not help: that takes QLoRA (notebook 05) or sharding
-# the model itself across the cards (FSDP or DeepSpeed ZeRO, beyond this course).
-#
 # ## The effective batch with two devices
 #
-# The optimizer steps once per `grad_accum_steps` micro-batches on *each* device, and every device
-# contributes its micro-batches to that step. Counted in the processes: the sequences each one
-# fed into one optimizer step, added up over the processes.
+# Every device adds its micro-batches to each optimizer step. Counted in the processes:
 
 # %%
-counted = sum(r["sequences_per_step"] for r in report["ranks"])
 effective_batch = per_device_batch * grad_accum_steps * report["num_processes"]
+counted = sum(r["sequences_per_step"] for r in report["ranks"])
+one_counted = sum(r["sequences_per_step"] for r in one["ranks"])
 print(
-    f"effective batch = per_device_batch {per_device_batch} x grad_accum_steps {grad_accum_steps} "
-    f"x num_devices {report['num_processes']} = {effective_batch}"
+    f"{report['num_processes']} devices: per_device_batch {per_device_batch} x grad_accum_steps {grad_accum_steps} "
+    f"x num_devices {report['num_processes']} = {effective_batch}; counted "
+    f"{' + '.join(str(r['sequences_per_step']) for r in report['ranks'])} = {counted}"
 )
 print(
-    f"sequences per optimizer step, counted: {' + '.join(str(r['sequences_per_step']) for r in report['ranks'])} "
-    f"= {counted}"
+    f"1 device:  per_device_batch {per_device_batch} x grad_accum_steps {one['grad_accum_steps']} x num_devices 1 "
+    f"= {per_device_batch * one['grad_accum_steps']}; counted {one_counted}"
 )
-assert counted == effective_batch
-helpers.record("effective_batch", effective_batch)
-helpers.record("effective_batch_counted", counted)
-helpers.record("per_device_batch", per_device_batch)
-helpers.record("grad_accum_steps", grad_accum_steps)
+assert counted == effective_batch == one_counted
 
 # %% [markdown]
-# Moving a recipe from one card to two therefore changes the batch the optimizer sees, unless you
-# change something else. To keep the effective batch (and with it the learning rate that suited
-# it), halve the accumulation steps:
-
-# %%
-for devices, accumulation in ((1, grad_accum_steps * 2), (2, grad_accum_steps)):
-    print(
-        f"{devices} device(s): per_device_batch {per_device_batch} x grad_accum_steps {accumulation:2} "
-        f"x num_devices {devices} = {per_device_batch * accumulation * devices}"
-    )
-
-# %% [markdown]
-# Half the accumulation steps means half the micro-batches each card runs per step, so a step
-# takes about half as long: that is the speed-up. Report the effective batch and its three factors;
-# "batch size 4" hides two of them.
+# From one card to two, the optimizer sees twice the batch unless you halve the accumulation, as the
+# baseline did the other way round. Report the effective batch with its three factors.
 #
 # ## The same training on a rented multi-GPU machine
 #
-# In a notebook the launcher forks the kernel. On a rented machine with several GPUs (RunPod,
-# Lambda, Vast.ai) or a cluster node, the usual way is a script started from a terminal with
-# `accelerate launch`, which starts one process per GPU and sets each one's rank. `train_ddp` needs
-# no change for that: written to `train.py` with the settings above, it is the whole script.
+# On a rented machine (RunPod, Lambda, Vast.ai) or a cluster node, `accelerate launch` starts one process
+# per GPU from a terminal. `train_ddp`, written to `train.py` with the settings above, is the whole script.
 
 # %%
 import inspect
@@ -467,31 +466,17 @@ print("\n".join(script.splitlines()[-3:]))
 # Then, on the rented machine (the kit installed with the install cell's `pip install` line):
 #
 # ```bash
-# accelerate config           # once: answers saved to ~/.cache/huggingface/accelerate/default_config.yaml
-# accelerate launch --num_processes 2 train.py
+# accelerate launch --multi_gpu --num_processes 2 --mixed_precision bf16 train.py   # fp16 on T4s or a V100
 # ```
 #
-# What `accelerate config` asks, and the answers for one machine with several GPUs: "This machine";
-# "multi-GPU"; 1 machine; no to DeepSpeed, FSDP and torch dynamo; "all" GPUs; and the mixed precision
-# for the card: `bf16` on an A100 or H100, `fp16` on T4s or a V100. Skip it altogether and pass the
-# same answers on the command line: `accelerate launch --multi_gpu --num_processes 2
-# --mixed_precision bf16 train.py`. (`train_ddp` hands the card's precision to `Accelerator` itself,
-# which takes precedence over the flag; in a script that does not, the flag decides.) `nvidia-smi`
-# in a second terminal shows both cards busy.
-#
-# Without a GPU, `accelerate launch --num_processes 2` starts a single process; `accelerate launch
-# --multi_gpu --num_processes 2 train.py` (or `torchrun --nproc_per_node 2 train.py`) starts two,
-# which meet over gloo because `train_ddp` asks for `cpu=True` where it finds no GPU. That is how
-# the kit's tests run this very file, and they get the same checksums as the notebook.
+# Without a GPU the same line starts two CPU processes over gloo: the course's tests run this very file so,
+# and reach the notebook's checksums.
 #
 # ## Quick checks
 #
-# Two questions on this notebook. In each cell below, replace `None` with your answer and run the
-# cell: it answers at once, with a hint when the answer is not right yet and the explanation when
-# it is. Each check prints a receipt (question, attempt, result) that stays in the notebook. If
-# your instructor grades these, keep each answer in its `answer_...` line, run all the cells, then
-# download the notebook (File > Download notebook on Kaggle) and hand it in. Start with your
-# student id: the second question gives each student their own numbers.
+# Replace `None` with your answer and run the cell: it answers at once, with a hint or the explanation. If
+# your instructor grades these, run all the cells, download the notebook (File > Download notebook on
+# Kaggle) and hand it in. Set your student id first: the second question gives each student their own numbers.
 
 # %%
 # QUICK CHECK student
@@ -509,17 +494,61 @@ check("q07_1", answer_q07_1)
 answer_q07_2 = None  # a number, from your own numbers (set student_id first)
 check("q07_2", answer_q07_2, student_id=student_id)
 
+# %%
+# QUICK CHECK q07_3
+answer_q07_3 = None  # one letter, in quotes
+check("q07_3", answer_q07_3)
+
+# %%
+# QUICK CHECK q07_4
+answer_q07_4 = None  # one letter, in quotes
+check("q07_4", answer_q07_4)
+
+# %% [markdown]
+# The next cell saves this run's figures for the course's own tests; nothing in it is for you to change.
+
+# %% tags=["record"]
+helpers.record("gpu_count", len(machine.gpus))
+helpers.record("gpu_names", [g.name for g in machine.gpus])
+helpers.record("num_processes", num_processes)
+helpers.record("backend", backend)
+helpers.record("processes_ran", report["num_processes"])
+helpers.record("params_in_sync", in_sync)
+helpers.record("param_checksums", [c[0] for c in report["checksums"]])
+helpers.record("different_data_per_rank", different_data)
+helpers.record("losses_data_parallel", mean_losses(report))
+helpers.record("losses_one_device", mean_losses(one))
+helpers.record("step_seconds_data_parallel", step_time(report))
+helpers.record("step_seconds_one_device", step_time(one))
+helpers.record("step_time_ratio_one_over_launched", speedup)
+helpers.record("step_time_measured_on", "gpu" if backend == "nccl" else "cpu processes")
+if "peak_allocated" in report["ranks"][0]["memory"]:
+    helpers.record(
+        "peak_allocated_mib_per_rank", [round(r["memory"]["peak_allocated"] / MIB, 1) for r in report["ranks"]]
+    )
+helpers.record("weights_mib_per_rank", [round(r["memory"]["weights"] / MIB, 2) for r in report["ranks"]])
+helpers.record("optimizer_mib_per_rank", [round(r["memory"]["optimizer"] / MIB, 2) for r in report["ranks"]])
+helpers.record("effective_batch", effective_batch)
+helpers.record("effective_batch_counted", counted)
+helpers.record("effective_batch_one_device_counted", one_counted)
+helpers.record("per_device_batch", per_device_batch)
+helpers.record("grad_accum_steps", grad_accum_steps)
+helpers.record("grad_accum_steps_one_device", one["grad_accum_steps"])
+
 # %% [markdown]
 # ## In this notebook we:
 #
-# - read both cards through NVML and kept CUDA untouched in the notebook, which `notebook_launcher`
-#   needs (and chose two CPU processes over gloo where there is no GPU);
-# - launched one training process per card from the notebook, each with a whole copy of the model;
-# - checked that the copies stayed identical, weight for weight, although each process trained on
-#   different sequences: the all-reduce averages the gradients;
-# - measured each process's memory: data parallel buys speed, not memory;
-# - counted the effective batch, per-device batch x accumulation x devices, and kept it the same on
-#   two cards by halving the accumulation;
-# - wrote the same training function as `train.py` for `accelerate launch` on a rented machine.
+# - read the cards through NVML and kept CUDA out of the notebook, as the launcher needs;
+# - launched one process per card, each with a whole copy, and checked the copies stayed identical;
+# - compared one device with twice the accumulation against two: the same loss curve, and the time per
+#   step measured (on a CPU only a stand-in for the cards);
+# - saw that data parallel buys speed, not memory, and counted the effective batch;
+# - wrote the training function as `train.py` for `accelerate launch`.
+#
+# **Change this, predict, run.**
+#
+# 1. Set `grad_accum_steps = 1`. Predict the effective batch on two devices and the baseline's accumulation
+#    steps, then run all and compare with the counted lines.
+# 2. Set `per_device_batch = 8`. Predict which lines of "What each card holds" grow, then run all.
 #
 # Next: notebook 08 puts the whole recipe together and survives a disconnect.

@@ -1,20 +1,12 @@
 # %% [markdown]
 # # 08 · Capstone: the full recipe on a 7B model, a disconnect survived, a report a reviewer trusts
 #
-# **Hardware:** a free Colab T4 (16 GB), one of Kaggle's T4s, or a rented A100. Without a GPU or
-# the Hub it runs the same cells on the kit's embedded tiny model.
-# **Time:** about 30 minutes on a T4 for the 7B model, download included; under 30 seconds headless on a CPU.
+# **Hardware:** a free Colab T4 (14.75 GiB as PyTorch reports it), one of Kaggle's T4s, or a rented A100. Without a GPU
+# or the Hub it runs the same cells on the kit's tiny built-in model.
+# **Time:** about 30 minutes on a T4 for the 7B model, download included; under 30 seconds on a CPU.
 #
-# Everything the course took apart, put back together in one run:
-#
-# 1. the lesson's `TrainingArguments`: per-device batch 1, 16 accumulation steps, gradient
-#    checkpointing, mixed precision for the card, learning rate 2e-4, 3 epochs, a loss logged every
-#    10 steps, seed 42, tracked;
-# 2. on QLoRA (notebook 05): a 7B model in 4 bits with a LoRA adapter, on a 16 GB card;
-# 3. with the live memory readout while it trains;
-# 4. checkpoints in a folder that outlives the runtime, and a resume after a disconnect, shown by
-#    cutting the run in two;
-# 5. the report a reviewer asks for, every figure read back from what the run saved.
+# The whole course in one run: the lesson's `TrainingArguments` on QLoRA, checkpoints that outlive the
+# runtime, a resume after a disconnect, an answer before and after, and the report a reviewer asks for.
 
 # %% tags=["install"]
 # Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
@@ -25,17 +17,28 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 
 if not any(metadata.distributions(name="compute-realities-kit")):
     repo, ref = "compute-realities/finetune-kit", "main"
     if "KAGGLE_KERNEL_RUN_TYPE" in os.environ:  # Kaggle's internet may be off: say so now, not after pip's retries
-        try:
-            socket.create_connection(("github.com", 443), timeout=5).close()
-        except OSError:
+        reached = []  # the name lookup has no timeout of its own: the probe gets 10 s in all, in a thread
+
+        def probe():
+            try:
+                socket.create_connection(("github.com", 443), timeout=5).close()
+                reached.append(True)
+            except OSError:
+                pass
+
+        probing = threading.Thread(target=probe, daemon=True)
+        probing.start()
+        probing.join(10)
+        if not reached:
             raise RuntimeError(
                 "This Kaggle session has no internet. Open Settings > Internet, switch it On "
                 "(it needs a phone-verified account), then run this cell again."
-            ) from None
+            )
     runtime_pins = os.path.join(tempfile.mkdtemp(), "runtime-pins.txt")  # pip may not replace the runtime's torch
     with open(runtime_pins, "w") as f:
         f.writelines(f"torch=={d.version}\n" for d in metadata.distributions(name="torch"))
@@ -65,19 +68,21 @@ if not any(metadata.distributions(name="compute-realities-kit")):
     print("Installed.")
 
 # %% tags=["parameters"]
-smoke = False  # True: the embedded tiny model and a tiny slice of the data (the runner's --smoke sets it)
+smoke = False  # True: the kit's tiny built-in model and a slice of the data, whatever the machine (seconds)
 model_id = "Qwen/Qwen2.5-7B"  # the capstone's 7B; "Qwen/Qwen2.5-0.5B" trains in a few minutes instead
 run_name = "capstone"  # the run's folder; run the notebook again with the same name to resume, a new one starts afresh
 per_device_batch = 1  # sequences per micro-batch: what a 16 GB card holds for a 7B
 grad_accum_steps = 16  # effective batch = 1 x 16 x 1 = 16
 num_train_epochs = 3
-learning_rate = 2e-4  # higher than for a full fine-tune: normal for LoRA
+learning_rate = 2e-4  # LoRA: the lesson's rate, above a full fine-tune's 5e-5 (notebook 06 measures the direction)
+tiny_learning_rate = 1e-2  # used instead on the tiny built-in model: about its best LoRA rate in notebook 06's sweep
 logging_steps = 10  # a loss every 10 optimizer steps
 seed = 42
 seq_len = 512  # tokens kept per example; the course's examples are shorter, so none is cut
-max_steps = -1  # -1: the epochs decide (3 epochs of 21 steps on the whole dataset); the runner's smoke run sets 4
+max_steps = -1  # -1: the epochs decide (3 epochs of 21 steps on the whole dataset); a number stops there
 save_steps = 20  # a checkpoint every 20 optimizer steps: at most 20 x 16 = 320 sequences of work lost to a disconnect
 disconnect_after_step = 22  # the simulated disconnect: the first session stops here, 2 steps past its last checkpoint
+max_new_tokens = 40  # the length of the answer generated before and after the fine-tune
 
 # %%
 # A helpers.py or helpers/ folder of yours would hide the kit's `helpers`: name it before anything imports it.
@@ -103,19 +108,9 @@ gpus_in_use = use_one_gpu()  # 1 on a GPU machine (one of Kaggle's two T4s), 0 w
 # %% [markdown]
 # ## A folder that survives a disconnect
 #
-# A free session ends when it likes: Colab after an idle spell or a few hours, Kaggle at its
-# session limit. With it goes the runtime's disk. A checkpoint is only worth something where the
-# next session can find it:
-#
-# - **Colab:** Google Drive, mounted at `/content/drive` (Colab asks you to allow access). If the
-#   mount fails, this notebook says so loudly and falls back to `/content`, which does not survive.
-# - **Kaggle:** `/kaggle/working`. It lasts as long as the session; to outlive it, use Save Version >
-#   Save & Run All, which runs the notebook in the background (no browser needed, up to Kaggle's
-#   session time limit) and keeps `/kaggle/working` as the version's output. To resume from it in a
-#   later session, add that output as input and copy its `runs/<run_name>` folder back into
-#   `/kaggle/working/runs/` (inputs are read-only) before running this notebook.
-# - **Your own machine or a rented one:** `build/runs` on its disk (`build/` is the kit's scratch
-#   folder, which git ignores).
+# A free session's disk goes with it. Checkpoints go to Google Drive on Colab (this cell says loudly if it
+# cannot mount it); to `/kaggle/working` on Kaggle, kept by Save Version > Save & Run All (to resume, add
+# that output as input and copy its `runs/<run_name>` back); to `build/runs` elsewhere.
 
 # %%
 import shutil
@@ -149,19 +144,16 @@ else:
     survives = "yes: this machine's disk"
 output_dir = (runs / (f"{run_name}-smoke" if smoke else run_name)).resolve()
 if smoke and output_dir.exists():
-    shutil.rmtree(output_dir)  # a smoke run always starts afresh, in its own folder, never a real run's
+    shutil.rmtree(output_dir)  # a quick run (smoke = True) always starts afresh, in its own folder
 output_dir.mkdir(parents=True, exist_ok=True)
 print(f"\ncheckpoints go to {output_dir}\nsurvives a disconnect: {survives}")
-helpers.record("platform", platform)
-helpers.record("output_dir", str(output_dir))
 
 # %% [markdown]
 # ## The model: QLoRA
 #
-# `load_qlora` loads the model in 4-bit NF4 with double quantization, computing in the card's
-# precision, turns on gradient checkpointing and puts a LoRA adapter (rank 16) on every linear
-# layer, then prints the footprint it measured. Without a GPU or the Hub it loads the embedded tiny
-# model instead, with a banner that says so.
+# `load_qlora` is the shortcut for the recipe notebook 05 writes out: `BitsAndBytesConfig` (4-bit NF4,
+# double quantization, the card's compute precision), `prepare_model_for_kbit_training`, then `LoraConfig`
+# and `get_peft_model`. The settings it used, read back from the model:
 
 # %%
 import torch
@@ -175,14 +167,20 @@ model, tokenizer = load_qlora(model_id, smoke=smoke)
 if is_embedded(model) and not torch.cuda.is_available():
     torch.set_num_threads(1)  # the tiny model's matrices are too small to share out: one CPU thread is fastest
 model_name = "embedded" if is_embedded(model) else model_id
-helpers.record("model", model_name)
+lora, quantization = model.peft_config["default"], model.config.quantization_config
+print(
+    f"BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type={quantization.bnb_4bit_quant_type!r}, "
+    f"bnb_4bit_use_double_quant={quantization.bnb_4bit_use_double_quant}, "
+    f"bnb_4bit_compute_dtype={quantization.bnb_4bit_compute_dtype})"
+)
+print(
+    f"LoraConfig(r={lora.r}, lora_alpha={lora.lora_alpha}, lora_dropout={lora.lora_dropout}, "
+    f"target_modules={sorted(lora.target_modules)})"
+)
 
 # %% [markdown]
-# Before activations, the bill has two parts: the frozen base (4 bits and a little per quantized
-# weight, about 0.52 bytes; embeddings, norms and the output head stay in higher precision) and
-# the adapters, which train like any model: an fp32 weight, an fp32 gradient and AdamW's two fp32
-# moments, 16 bytes per parameter. Measured on the model just loaded, and estimated for the 7B on
-# a T4 by the kit's estimator (notebook 01) from its shape alone:
+# Before activations: the frozen 4-bit base, plus the adapters at 16 bytes a parameter (fp32 weight,
+# gradient, two AdamW moments). Measured on this model, and estimated for the 7B on a T4 (notebook 01):
 
 # %%
 from helpers.catalog import load_catalog
@@ -207,21 +205,12 @@ print(
     f"{plan.activations / GIB:.2f} GiB; {plan.total / GIB:.1f} GiB in all with the CUDA context and the "
     f"allocator's slack -> fits a T4: {plan.fits('T4')}"
 )
-helpers.record("adapter_params", footprint.trainable_params)
-helpers.record("planned_total_gib_t4", round(plan.total / GIB, 2))
 
 # %% [markdown]
-# The weights are more than 0.52 bytes x 7.6B: Qwen2.5's vocabulary of 152,064 tokens makes its
-# embedding and its output head about 1.1 billion parameters, which QLoRA leaves unquantized (and
-# the k-bit preparation keeps in fp32). It still fits a 16 GB card with room for the activations.
-
-# %% [markdown]
-# ## The data
+# ## The data, and the question we will ask
 #
-# The course dataset as instruction / response pairs, a few held out to measure the final loss on
-# examples the model never trained on. With one sequence per micro-batch nothing needs padding.
-# On the embedded tiny model (and in the smoke run) a slice of 72 examples stands in for the
-# 349, so that the lesson's 3 epochs take seconds on a CPU.
+# The course's instruction / response pairs, a few held out. On the tiny model 72 examples stand in for the
+# 349, so 3 epochs take seconds. The first held-out instruction is the question asked before and after.
 
 # %%
 import datasets
@@ -229,35 +218,60 @@ import datasets
 from helpers.data import load_course_data
 
 datasets.disable_progress_bars()  # one line per step is enough output
+template = "### Instruction:\n{instruction}\n\n### Response:\n"
 
 
 def to_features(row):
-    text = f"### Instruction:\n{row['instruction']}\n\n### Response:\n{row['response']}{tokenizer.eos_token}"
+    text = template.format(instruction=row["instruction"]) + row["response"] + tokenizer.eos_token
     return tokenizer(text, truncation=True, max_length=seq_len)
 
 
-tiny = smoke or is_embedded(model)  # the tiny model runs the recipe, it does not need the data
+tiny = smoke or is_embedded(model)  # the tiny model runs the recipe, it does not need all the data
 rows = load_course_data().shuffle(seed=seed)
 rows = rows.select(range(72)) if tiny else rows
 split = rows.train_test_split(test_size=8 if tiny else 16, seed=seed)
 train = split["train"].map(to_features, remove_columns=rows.column_names)
 held_out = split["test"].map(to_features, remove_columns=rows.column_names)
+question = split["test"][0]["instruction"]
 lengths = [len(x) for x in train["input_ids"]]
 print(f"{len(train)} training examples ({min(lengths)} to {max(lengths)} tokens), {len(held_out)} held out")
-helpers.record("train_examples", len(train))
+print(f"the question: {question}")
+
+# %% [markdown]
+# ## Before the fine-tune
+#
+# The held-out loss, and a greedy answer (the most likely token each time: the same every run). The
+# adapter's update starts at zero: this is the base model.
+
+# %%
+from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
+
+
+def answer(model):
+    """The model's greedy answer to `question`, in the fine-tuning format."""
+    inputs = tokenizer(template.format(instruction=question), return_tensors="pt").to(model.device)
+    model.eval()
+    with torch.no_grad():
+        out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, use_cache=True)
+    model.train()
+    return tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True).strip()
+
+
+collator = DataCollatorForLanguageModeling(tokenizer, mlm=False)  # labels = inputs, padding masked out
+quiet = dict(report_to="none", disable_tqdm=True, dataloader_pin_memory=torch.cuda.is_available())
+before = Trainer(
+    model=model, args=TrainingArguments("build/eval", **quiet), eval_dataset=held_out, data_collator=collator
+)
+base_loss = before.evaluate()["eval_loss"]
+reply_before = answer(model)
+print(f"held-out loss before: {base_loss:.4f}\nanswer before: {reply_before!r}")
 
 # %% [markdown]
 # ## Tracking, and where this run stands
 #
-# Before building anything, look in the run's folder. A checkpoint holds the adapter's weights and
-# also the optimizer's and the scheduler's state, the random number generators and the position in
-# the data, which is what lets a run go on exactly where it stopped. The Trainer's own
-# `resume_from_checkpoint=True` takes the highest-numbered folder whatever state it is in, and a
-# disconnect in the middle of a save leaves a half-written one; `latest_valid_checkpoint` returns the
-# newest checkpoint that is whole (skipping the others, with the reason), or None on a first run.
-# If there is one, its manifest names the tracking run, and `init_tracking` continues that run
-# instead of starting a second one. Without a W&B key (or without internet) the run is
-# recorded offline, in the run's folder, and the cell prints the command that uploads it later.
+# A checkpoint holds the adapter, the optimizer and scheduler state, the random generators and the data
+# position. `resume_from_checkpoint=True` takes the highest-numbered folder even if a disconnect cut its save
+# short; `latest_valid_checkpoint` returns the newest *whole* one (None on a first run).
 
 # %%
 from helpers.manifest import load_manifest
@@ -284,64 +298,58 @@ resume_from = latest_valid_checkpoint(output_dir)
 tracking = start_tracking(resume_from)
 
 # %% [markdown]
-# ## The lesson's TrainingArguments
+# ## The lesson's TrainingArguments, written out
 #
-# The lesson's values, with two choices made for you: the precision (bf16 only from compute
-# capability 8.0, fp16 on a T4, fp32 on a CPU, `training_args` reads it from the card) and the
-# tracking (`report_to` from `init_tracking`). Beyond the lesson: when to save and how many
-# checkpoints to keep (2: the newest, and one to fall back on if the newest was cut off).
-# `training_args` prints the effective batch; `audit` then checks the settings for the mistakes
-# of notebooks 02 to 06.
+# The lesson's block as you would type it (notebook 06 showed `training_args` gives the same in one call),
+# with what it leaves to you: the precision for the card, the tracking, when to save (2 checkpoints kept). A
+# short run (the tiny model) saves, disconnects and logs sooner so that each happens. `audit` checks for
+# the mistakes of notebooks 02 to 06.
 
 # %%
 from helpers.audit import audit
-from helpers.training import training_args
 
+if tiny:
+    learning_rate = tiny_learning_rate
+    print(f"tiny model: learning rate {learning_rate:g} instead of the 7B's 2e-4 (see the parameters cell)")
 total_steps = max_steps if max_steps > 0 else -(-len(train) // (per_device_batch * grad_accum_steps)) * num_train_epochs
-if not save_steps < disconnect_after_step < total_steps:  # a short run (the smoke run): cut it in two around its middle
+if not save_steps < disconnect_after_step < total_steps:  # a short run: cut it in two around its middle
     save_steps = max(1, total_steps // 2)
     disconnect_after_step = min(save_steps + 1, total_steps - 1)
+    logging_steps = 1  # the lesson's 10 would log nothing in so few steps
     print(
-        f"a {total_steps}-step run: a checkpoint every {save_steps} steps, the disconnect after step "
-        f"{disconnect_after_step}"
+        f"a {total_steps}-step run: a checkpoint every {save_steps} steps, the disconnect after {disconnect_after_step}"
     )
-args = training_args(
-    str(output_dir),
+on_gpu = torch.cuda.is_available()
+bf16 = on_gpu and torch.cuda.get_device_capability()[0] >= 8
+args = TrainingArguments(
+    output_dir=str(output_dir),
     per_device_train_batch_size=per_device_batch,
-    gradient_accumulation_steps=grad_accum_steps,
-    gradient_checkpointing=True,  # already on in the QLoRA model; the lesson's line, kept for the record
-    learning_rate=learning_rate,
+    gradient_accumulation_steps=grad_accum_steps,  # effective batch = 1 * 16 = 16
+    activation_checkpointing=True,  # recompute activations to save memory (the lesson's gradient_checkpointing)
+    activation_checkpointing_kwargs={"use_reentrant": False},  # PyTorch's recommended mode
+    bf16=bf16,  # mixed precision from compute capability 8.0 (A100, L4)
+    fp16=on_gpu and not bf16,  # older cards such as the T4
+    learning_rate=learning_rate,  # higher LR is normal for LoRA
     num_train_epochs=num_train_epochs,
     logging_steps=logging_steps,
-    report_to=tracking.report_to,
-    seed=seed,
+    report_to=tracking.report_to,  # track loss/metrics for reproducibility
+    seed=seed,  # set + report the seed
     max_steps=max_steps,
     save_strategy="steps",
     save_steps=save_steps,
     save_total_limit=2,
     disable_tqdm=True,  # the live readout below replaces the progress bar
-    dataloader_pin_memory=torch.cuda.is_available(),
+    dataloader_pin_memory=on_gpu,  # pinned memory only speeds up copies to a GPU
 )
 findings = audit(args, model=model, seq_len=seq_len)
 print("audit: " + (f"{len(findings)} finding(s), each printed above" if findings else "nothing to fix"))
-helpers.record("total_steps", total_steps)
-helpers.record("audit_codes", [f.code for f in findings])
 
 # %% [markdown]
 # ## Train, until the connection drops
 #
-# The Trainer gets three callbacks: `LiveMemoryCallback` refreshes one line with the step, the
-# loss and the memory every `logging_steps` steps; `ManifestCallback` writes `run_manifest.json`
-# into each checkpoint (every argument, the seed, the effective batch, the model, the data's
-# fingerprint, the library versions, the card, the peak memory); and, for this demonstration
-# only, `SimulatedDisconnect` ends the session after `disconnect_after_step`, a little past a
-# checkpoint, as a dropped connection would. `resume_from_checkpoint` is the value found above:
-# None on a first run, so training starts from scratch.
-#
-# One trap, handled by `train_or_report`: handed the *last* checkpoint of a finished run, the
-# Trainer does not stop; it trains one step past the end. So when the checkpoint's own
-# `trainer_state.json` says the run is complete, nothing is trained: its adapter weights are loaded
-# for the report instead.
+# `LiveMemoryCallback` shows step, loss and memory; `ManifestCallback` writes `run_manifest.json` into each
+# checkpoint; `SimulatedDisconnect` ends the session a little past a checkpoint. `train_or_report` only
+# loads a *finished* run (handed its last checkpoint, the Trainer would train one step past the end).
 
 # %%
 import json
@@ -349,7 +357,7 @@ import time
 
 from peft import set_peft_model_state_dict
 from safetensors.torch import load_file
-from transformers import DataCollatorForLanguageModeling, Trainer, TrainerCallback
+from transformers import PrinterCallback, TrainerCallback
 
 from helpers.live import LiveMemoryCallback
 from helpers.manifest import ManifestCallback
@@ -368,7 +376,6 @@ class SimulatedDisconnect(TrainerCallback):
 
 def make_trainer(model, *callbacks):
     live = LiveMemoryCallback(every_n_steps=min(logging_steps, max(1, total_steps // 4)))
-    collator = DataCollatorForLanguageModeling(tokenizer, mlm=False)  # labels = inputs, padding masked out
     trainer = Trainer(
         model=model,
         args=args,
@@ -377,6 +384,7 @@ def make_trainer(model, *callbacks):
         data_collator=collator,
         callbacks=[live, ManifestCallback(model_id=model_name, dataset=train), *callbacks],
     )
+    trainer.remove_callback(PrinterCallback)  # its {'loss': ...} dicts would print around the live readout
     return trainer, live
 
 
@@ -401,27 +409,24 @@ def train_or_report(trainer, checkpoint):
     return result.global_step, trainer.state.max_steps
 
 
+def logged_losses(trainer, after_step):  # {step: training loss} this trainer logged after `after_step`
+    return {h["step"]: h["loss"] for h in trainer.state.log_history if "loss" in h and h["step"] > after_step}
+
+
 trainer, live = make_trainer(model, SimulatedDisconnect(disconnect_after_step))
+session1_start = load_manifest(resume_from)["step"] if resume_from else 0
 first_step, _ = train_or_report(trainer, resume_from)
+session1_losses = logged_losses(trainer, session1_start)
 print(
-    f"\nsession 1 ended at step {first_step}; on disk: "
-    f"{', '.join(sorted(p.name for p in output_dir.glob('checkpoint-*')))}"
+    f"\nsession 1 ended at step {first_step}; on disk: {', '.join(sorted(p.name for p in output_dir.glob('checkpoint-*')))}"
 )
-helpers.record("session1_last_step", first_step)
 
 # %% [markdown]
 # ## After the disconnect
 #
-# A disconnect takes the whole runtime: the model in memory, the optimizer's state, every step
-# since the last checkpoint. So start as a new session would: let go of the model and the Trainer,
-# load the model again, build a new Trainer on the same folder, and let `latest_valid_checkpoint`
-# find where to go on from. After a real disconnect this is simply the notebook run again from the
-# top: the same cells find the same folder.
-#
-# Resuming restores the adapter's weights, AdamW's state, the learning-rate schedule, the random
-# number generators and the position in the data, so the run goes on as if nothing had happened
-# (the kit's tests kill a run with SIGKILL and check that the resumed one ends with the same loss
-# and weights, bit for bit). The steps after the last checkpoint are trained again.
+# A disconnect takes the model, the optimizer's state and every step since the last checkpoint. So start as
+# a new session would: let go of the model, load it again, build a new Trainer on the same folder. After a
+# real disconnect this is simply the notebook run again from the top.
 
 # %%
 from helpers.oom import free_memory
@@ -435,31 +440,60 @@ resumed_from_step = load_manifest(resume_from)["step"] if resume_from else 0
 tracking = start_tracking(resume_from)
 trainer, live = make_trainer(model)
 final_step, run_steps = train_or_report(trainer, resume_from)
+session2_losses = logged_losses(trainer, resumed_from_step)
 redone = first_step - resumed_from_step
 print(
     f"\nsession 2 resumed from step {resumed_from_step} (session 1 had reached step {first_step}: {redone} "
     f"step(s) trained again) and finished at step {final_step} of {run_steps}"
 )
 assert final_step == run_steps
-helpers.record("resumed_from_step", resumed_from_step)
-helpers.record("steps_redone", redone)
-helpers.record("final_step", final_step)
 
 # %% [markdown]
+# ## The loss across the disconnect
+
+# %%
+import matplotlib.pyplot as plt
+
+fig, ax = plt.subplots(figsize=(7, 3.2))
+for losses, style, label in ((session1_losses, "o-", "session 1"), (session2_losses, "x--", "session 2, resumed")):
+    ax.plot(list(losses), list(losses.values()), style, label=label)
+if session1_losses:
+    ax.axvline(first_step + 0.5, color="red", lw=1, label=f"disconnect after step {first_step}")
+    ax.axvspan(resumed_from_step + 0.5, first_step + 0.5, color="gray", alpha=0.2, label="steps trained twice")
+ax.set(xlabel="optimizer step", ylabel="training loss", title=f"{model_name}, learning rate {learning_rate:g}")
+ax.xaxis.get_major_locator().set_params(integer=True)
+ax.legend(fontsize="small")
+plt.show()
+twice = sorted(set(session1_losses) & set(session2_losses))
+for step in twice:
+    print(f"step {step}: loss {session1_losses[step]:.6f} in session 1, {session2_losses[step]:.6f} after the resume")
+
+# %% [markdown]
+# The dashed curve picks up at the last checkpoint, and where both sessions trained a step (gray band) they
+# got the same loss: the checkpoint restored everything the next step depends on.
+#
+# ## After the fine-tune: the same question
+
+# %%
+final_loss = trainer.evaluate()["eval_loss"]
+reply_after = answer(trainer.model)
+print(f"question: {question}\n")
+print(f"before (held-out loss {base_loss:.4f}): {reply_before!r}\n")
+print(f"after  (held-out loss {final_loss:.4f}): {reply_after!r}")
+
+# %% [markdown]
+# The held-out loss is the measurement; the answer is one greedy sample, an illustration (on the tiny model
+# at most its form changes; with the 7B, judge the two yourself).
+#
 # ## The report a reviewer asks for
 #
-# A number on its own convinces nobody. Next to the result a reviewer wants the effective batch
-# (not the per-device batch), the seed, the hardware and its peak memory, and the exact
-# configuration, which here is the manifest in the last checkpoint: read back from disk, not from
-# the notebook's variables. The final loss is measured on the held-out examples. One seed is one
-# sample: before claiming that one setting beats another, run a few seeds and report the mean and
-# the spread (notebook 06).
+# The effective batch, the seed, the hardware and its peak memory, and the exact configuration: the manifest
+# in the last checkpoint, read back from disk. One seed is one sample (notebook 06).
 
 # %%
 from helpers.manifest import MANIFEST_NAME
 from helpers.resume import check_checkpoint, list_checkpoints
 
-final_loss = trainer.evaluate()["eval_loss"]
 last_checkpoint = list_checkpoints(output_dir)[0]  # the newest: the one the run ended with
 assert check_checkpoint(last_checkpoint) == [], check_checkpoint(last_checkpoint)
 manifest_path = last_checkpoint / MANIFEST_NAME
@@ -512,19 +546,9 @@ lines = [
     ("manifest", str(manifest_path)),
 ]
 print("\n".join(f"{name:>16}: {value}" for name, value in lines))
-helpers.record("effective_batch", t["effective_batch"])
-helpers.record("effective_batch_parts", [t["per_device_batch"], t["grad_accum_steps"], t["num_devices"]])
-helpers.record("seed", t["seed"])
-helpers.record("peak_memory_mib", round(peak / MIB, 1))
-helpers.record("peak_memory_measured_by", memory["measured_by"])
-helpers.record("final_loss", round(final_loss, 4))
-helpers.record("train_seconds", round(sum(s for _, s in sessions), 1))
-helpers.record("manifest_path", str(manifest_path))
-helpers.record("manifest_step", manifest["step"])
 
 # %% [markdown]
-# Close the tracking run; offline, this prints the command that uploads it once a W&B key and the
-# internet are at hand.
+# Close the tracking run (offline, it prints the upload command).
 
 # %%
 sync_command = tracking.finish()
@@ -532,12 +556,9 @@ sync_command = tracking.finish()
 # %% [markdown]
 # ## Quick checks
 #
-# Three questions on this notebook. In each cell below, replace `None` with your answer and run
-# the cell: it answers at once, with a hint when the answer is not right yet and the explanation
-# when it is. Each check prints a receipt (question, attempt, result) that stays in the notebook.
-# If your instructor grades these, keep each answer in its `answer_...` line, run all the cells,
-# then download the notebook (File > Download > Download .ipynb) and hand it in. Start with your
-# student id: the second question gives each student their own numbers.
+# Replace `None` with your answer and run the cell: it answers at once, with a hint or the explanation. If
+# your instructor grades these, run all the cells, download the notebook and hand it in. Set your student
+# id first: the second question gives each student their own numbers.
 
 # %%
 # QUICK CHECK student
@@ -552,7 +573,7 @@ check("q08_1", answer_q08_1)
 
 # %%
 # QUICK CHECK q08_2
-answer_q08_2 = None  # a number of GB, from your own numbers (set student_id first)
+answer_q08_2 = None  # a number of GiB, from your own numbers (set student_id first)
 check("q08_2", answer_q08_2, student_id=student_id)
 
 # %%
@@ -560,18 +581,58 @@ check("q08_2", answer_q08_2, student_id=student_id)
 answer_q08_3 = None  # every letter that applies, in one string
 check("q08_3", answer_q08_3)
 
+# %%
+# QUICK CHECK q08_4
+answer_q08_4 = None  # one letter, in quotes
+check("q08_4", answer_q08_4)
+
+# %% [markdown]
+# The next cell saves this run's figures for the course's own tests; nothing in it is for you to change.
+
+# %% tags=["record"]
+helpers.record("platform", platform)
+helpers.record("output_dir", str(output_dir))
+helpers.record("model", model_name)
+helpers.record("adapter_params", footprint.trainable_params)
+helpers.record("planned_total_gib_t4", round(plan.total / GIB, 2))
+helpers.record("train_examples", len(train))
+helpers.record("question", question)
+helpers.record("base_loss", base_loss)
+helpers.record("reply_before", reply_before)
+helpers.record("total_steps", total_steps)
+helpers.record("learning_rate", learning_rate)
+helpers.record("audit_codes", [f.code for f in findings])
+helpers.record("session1_last_step", first_step)
+helpers.record("session1_losses", {str(k): v for k, v in session1_losses.items()})
+helpers.record("session2_losses", {str(k): v for k, v in session2_losses.items()})
+helpers.record("resumed_from_step", resumed_from_step)
+helpers.record("steps_redone", redone)
+helpers.record("final_step", final_step)
+helpers.record("reply_after", reply_after)
+helpers.record("effective_batch", t["effective_batch"])
+helpers.record("effective_batch_parts", [t["per_device_batch"], t["grad_accum_steps"], t["num_devices"]])
+helpers.record("seed", t["seed"])
+helpers.record("peak_memory_mib", round(peak / MIB, 1))
+helpers.record("peak_memory_measured_by", memory["measured_by"])
+helpers.record("final_loss", round(final_loss, 4))
+helpers.record("train_seconds", round(sum(s for _, s in sessions), 1))
+helpers.record("manifest_path", str(manifest_path))
+helpers.record("manifest_step", manifest["step"])
+
 # %% [markdown]
 # ## In this notebook we:
 #
-# - put the checkpoints where a disconnect cannot reach them: Google Drive on Colab, the working
-#   folder on Kaggle (kept by Save Version), the disk elsewhere;
-# - loaded a 7B model for a 16 GB card with QLoRA;
-# - trained with the lesson's `TrainingArguments` (effective batch 1 x 16 x 1 = 16, checkpointing,
-#   the card's precision, seed 42, tracking), audited them first, and watched memory live;
-# - lost the session on purpose, and resumed in a fresh one from the newest whole checkpoint, the
-#   tracking run continued;
-# - wrote the report a reviewer needs, read back from the manifest saved with the last checkpoint:
-#   effective batch, seed, hardware and peak memory, the configuration and the library versions;
-# - checked what we learned with three quick checks.
+# - put the checkpoints where a disconnect cannot reach them, and loaded a 7B for a 16 GB card with QLoRA;
+# - wrote out the lesson's `TrainingArguments` (effective batch 1 x 16 x 1 = 16, seed 42) and audited them;
+# - lost the session on purpose, resumed from the newest whole checkpoint, and plotted the loss across it;
+# - asked the same question before and after the fine-tune, and measured the held-out loss both times;
+# - wrote the report a reviewer needs from the manifest in the last checkpoint.
+#
+# **Change this, predict, run.**
+#
+# 1. Set `max_steps = 8` (on a GPU: `disconnect_after_step = 23`). Predict which steps are trained twice and
+#    where session 2 resumes, then run all and check the gray band.
+# 2. Set `tiny_learning_rate = 2e-4`, the 7B's rate. Predict the held-out loss after the fine-tune against
+#    before, then run all.
 #
 # That is the course: pick the card, count the memory, make it fit, track it, and make it survive.

@@ -1,0 +1,396 @@
+"""Which model the estimator is asked about: a catalog name, a config.json, a Hub id or a config.
+
+Private to `helpers.estimate` (taught in notebook 01, memory anatomy; `python -m helpers plan`),
+which exports `shape_of`. Each architecture family transformers names in `model_type` is read
+into a `Shape` here: what the per-layer walk (helpers/_activations.py) needs to know about it.
+tests/test_estimate_families.py builds a tiny random model of each family with the real
+transformers class and holds the walk to the bytes it saves. Pure Python: no torch; the network
+only for a Hub id, and only for its config.json.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from helpers.catalog import find
+
+__all__ = [
+    "HEAD_TARGET",
+    "LINEAR_TARGETS",
+    "MODEL_TYPES",
+    "PEFT_NAMES",
+    "Shape",
+    "adapter_shapes",
+    "adapts_head",
+    "config_dict",
+    "lora_parameters",
+    "shape_of",
+]
+
+CONFIG_TIMEOUT_S = 20.0  # seconds for a Hub config.json (a few KB) once the Hub has answered
+# model_type -> the estimator's family; the Llama family's walk also fits Mistral and Qwen
+MODEL_TYPES = {
+    "llama": "llama",
+    "mistral": "llama",
+    "qwen2": "llama",
+    "qwen3": "llama",
+    "gemma": "gemma",
+    "gemma2": "gemma",
+    "gemma3_text": "gemma",
+    "gemma3": "gemma",  # the multimodal config: its text_config is the language model
+    "phi3": "phi3",
+    "gpt_neox": "neox",
+    "gpt2": "gpt2",
+    "bert": "bert",
+}
+# what a config must name, whatever its defaults (GPT-2 spells its own)
+_REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
+_GPT2_REQUIRED = ("n_embd", "n_layer", "n_head", "vocab_size", "n_positions")
+_WAYS_IN = (
+    "Pass a catalog name, a path to a model's config.json (or its folder), a Hub id such as "
+    "'Qwen/Qwen3-0.6B' (needs the Hub), a config dict or a transformers config."
+)
+LINEAR_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The architecture facts the estimator needs, read from a config or the catalog."""
+
+    family: str  # "llama" (also Mistral, Qwen2/3, SmolLM2), "gemma" (1, 2, 3), "phi3", "gpt2", "neox", "bert"
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    act: str = "silu"
+    tied: bool = False
+    attn_dropout: float = 0.0
+    resid_dropout: float = 0.0  # GPT-2 and BERT drop after attention, after the MLP and after embeddings
+    attn_impl: str = "sdpa"  # "eager", "sdpa" or "flash_attention_2"
+    qkv_bias: bool = False
+    max_positions: int = 0  # learned position table size (GPT-2, BERT); 0 with rotary
+    head: str = "lm"  # "lm": logits over the vocabulary; "classifier": num_labels logits per sequence
+    num_labels: int = 0  # classifier outputs
+    type_vocab: int = 0  # BERT's token-type (segment) embeddings
+    qkv_fused: bool = False  # one fused q/k/v projection (litgpt's GPT; always for Phi-3, GPT-2, GPT-NeoX)
+    embed_dropout: float = 0.0  # dropout on the embeddings' output (GPT-2, BERT, Phi-3, GPT-NeoX)
+    qk_norm: bool = False  # an RMSNorm over each head's query and key (Qwen3, Gemma 3)
+    sandwich_norms: bool = False  # norms after attention and after the MLP too (Gemma 2, Gemma 3)
+    attn_softcap: float = 0.0  # tanh soft-capping of the attention scores (Gemma 2, eager only)
+    logit_softcap: float = 0.0  # tanh soft-capping of the logits (Gemma 2)
+    rotary_fraction: float = 1.0  # share of each head's dimensions rotated (GPT-NeoX: 0.25)
+    parallel_residual: bool = False  # attention and MLP read the same input (GPT-NeoX, Pythia)
+
+    @property
+    def gated(self) -> bool:
+        return self.family in ("llama", "gemma", "phi3")
+
+    @property
+    def layernorm(self) -> bool:
+        return self.family in ("gpt2", "bert", "neox")
+
+    @property
+    def rotary(self) -> bool:
+        return self.family not in ("gpt2", "bert")
+
+    @property
+    def fused_qkv(self) -> bool:
+        return self.qkv_fused or self.family in ("phi3", "gpt2", "neox")
+
+    def linear_shapes(self) -> dict[str, tuple[int, int]]:
+        """(in, out) of each linear in one layer, by LoRA target name."""
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        shapes = {"q": (self.hidden, q), "k": (self.hidden, kv), "v": (self.hidden, kv), "o": (q, self.hidden)}
+        shapes.update({"gate": (self.hidden, self.intermediate)} if self.gated else {})
+        shapes.update({"up": (self.hidden, self.intermediate), "down": (self.intermediate, self.hidden)})
+        return shapes
+
+    def parameter_counts(self) -> dict[str, int]:
+        """Parameters by where they live: quantizable linears, embeddings and head, norms and biases."""
+        h, i = self.hidden, self.intermediate
+        linear = self.layers * sum(a * b for a, b in self.linear_shapes().values())
+        embed = self.vocab * h + self.max_positions * h + self.type_vocab * h
+        if self.head == "classifier":  # BERT pools the first token through a dense layer first
+            head = (h * h if self.family == "bert" else 0) + h * self.num_labels
+        else:
+            head = 0 if self.tied else self.vocab * h
+        norm_width = 2 * h if self.layernorm else h  # weight (+ bias)
+        other = ((4 if self.sandwich_norms else 2) * self.layers + 1) * norm_width
+        if self.qk_norm:
+            other += self.layers * 2 * self.head_dim
+        if self.qkv_bias:
+            other += self.layers * (self.heads + 2 * self.kv_heads) * self.head_dim
+        if self.family in ("gpt2", "neox"):  # every linear has a bias
+            other += self.layers * (3 * h + h + i + h)
+        if self.family == "bert":  # every other linear has a bias too, and so do the pooler and the classifier
+            other += self.layers * (h + i + h) + (h + self.num_labels if self.head == "classifier" else 0)
+        return {"linear": linear, "embeddings": embed, "head": head, "other": other}
+
+    @property
+    def parameters(self) -> int:
+        return sum(self.parameter_counts().values())
+
+
+# peft's module names (target_modules) for the estimator's targets, by family; names not listed
+# here are the Llama family's: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj
+PEFT_NAMES = {
+    "phi3": {"qkv_proj": ("q", "k", "v"), "o_proj": ("o",), "gate_up_proj": ("gate", "up"), "down_proj": ("down",)},
+    "neox": {"query_key_value": ("q", "k", "v"), "dense": ("o",), "dense_h_to_4h": ("up",), "dense_4h_to_h": ("down",)},
+    "gpt2": {"c_attn": ("q", "k", "v"), "c_proj": ("o", "down"), "c_fc": ("up",)},
+    "bert": {"query": ("q",), "key": ("k",), "value": ("v",), "dense": ("o", "up", "down")},
+}
+HEAD_TARGET = "lm_head"  # peft adapts the LM head only when named; "all-linear" leaves it out
+
+
+def _lora_targets(shape: Shape, targets) -> tuple[str, ...]:
+    """The estimator's names ("q", ...) for `targets`: "all-linear", its own names or peft's module names."""
+    if targets == "all-linear":
+        return tuple(t for t in LINEAR_TARGETS if t in shape.linear_shapes())
+    if isinstance(targets, str):  # one module name, as peft also takes it
+        targets = [targets]
+    llama = {f"{t}_proj": (t,) for t in LINEAR_TARGETS}
+    names = PEFT_NAMES.get(shape.family, llama)
+    chosen, unknown = [], []
+    for t in targets:
+        if t == HEAD_TARGET:
+            continue
+        found = (t,) if t in LINEAR_TARGETS else names.get(t)
+        (chosen.extend(found) if found else unknown.append(t))
+    if unknown:
+        raise ValueError(
+            f"Unknown LoRA targets {unknown} for a {shape.family} model; use 'all-linear', peft's module names "
+            f"({', '.join(names)}, {HEAD_TARGET}) or the estimator's {LINEAR_TARGETS}"
+        )
+    return tuple(t for t in dict.fromkeys(chosen) if t in shape.linear_shapes())
+
+
+def adapts_head(targets) -> bool:
+    """Whether LoRA goes on the LM head too (peft: target_modules naming lm_head)."""
+    return targets != "all-linear" and HEAD_TARGET in ([targets] if isinstance(targets, str) else list(targets))
+
+
+def adapter_shapes(shape: Shape, targets) -> dict[str, tuple[int, int]]:
+    """(in, out) of each adapted module in one layer: fused projections carry one adapter."""
+    linears, chosen = shape.linear_shapes(), set(_lora_targets(shape, targets))
+    adapters = {t: linears[t] for t in chosen}
+    if shape.fused_qkv and chosen & {"q", "k", "v"}:  # GPT-2's c_attn, Phi-3's qkv_proj
+        for t in ("q", "k", "v"):
+            adapters.pop(t, None)
+        adapters["qkv"] = (shape.hidden, linears["q"][1] + 2 * linears["k"][1])
+    if shape.family == "phi3" and chosen & {"gate", "up"}:  # Phi-3's gate_up_proj
+        adapters.pop("gate", None)
+        adapters["up"] = (shape.hidden, 2 * shape.intermediate)
+    return adapters
+
+
+def lora_parameters(shape: Shape, r: int, targets) -> int:
+    """Trainable parameters of a LoRA run: the adapters, and a classifier head trained in full.
+
+    A classification head is new, so it is trained whole (peft's task_type="SEQ_CLS" puts it in
+    modules_to_save); with "all-linear", peft also adapts BERT's pooler."""
+    count = shape.layers * sum(r * (i + o) for i, o in adapter_shapes(shape, targets).values())
+    if adapts_head(targets) and shape.head == "lm":
+        count += r * (shape.hidden + shape.vocab)
+    if shape.head == "classifier":
+        count += shape.hidden * shape.num_labels + (shape.num_labels if shape.family == "bert" else 0)
+        if shape.family == "bert" and targets == "all-linear":
+            count += r * 2 * shape.hidden
+    return count
+
+
+def shape_of(model) -> Shape:
+    """Read a Shape from a catalog name, a config.json (or its folder), a Hub id, a dict or a config.
+
+    Example:
+        >>> shape_of("Mistral-7B").kv_heads
+        8
+    """
+    if isinstance(model, Shape):
+        return model
+    if isinstance(model, str):
+        try:
+            return Shape(**find("models", model)[1]["shape"])
+        except ValueError as unknown:
+            if not (_looks_like_path(model) or _looks_like_hub_id(model)):
+                raise ValueError(f"{unknown}. {_WAYS_IN}") from None
+    config = config_dict(model)
+    impl = getattr(model, "_attn_implementation", None) or config.get("_attn_implementation")
+    return _shape_from_config(config, impl)
+
+
+def config_dict(model) -> dict:
+    """A model's config as a dict: from a path to a config.json or its folder, a Hub id, a dict or a config."""
+    if isinstance(model, (str, Path)):
+        path = Path(model).expanduser()
+        if path.is_dir():
+            path = path / "config.json"
+        if path.is_file():
+            return _read_json(path)
+        if isinstance(model, str) and _looks_like_hub_id(model):
+            return _hub_config(model)
+        raise ValueError(f"no config.json at {str(path)!r}. {_WAYS_IN}")
+    if hasattr(model, "to_dict"):
+        return model.to_dict()
+    if isinstance(model, dict):
+        return dict(model)
+    raise ValueError(f"cannot read a model from a {type(model).__name__}. {_WAYS_IN}")
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path} is not a readable config.json ({e}): download it again from the model's page") from e
+
+
+def _looks_like_path(text: str) -> bool:
+    return text.endswith(".json") or text.startswith((".", "/", "~")) or Path(text).expanduser().exists()
+
+
+def _looks_like_hub_id(text: str) -> bool:
+    parts = text.split("/")
+    return len(parts) == 2 and all(parts) and not text.endswith(".json") and " " not in text
+
+
+def _hub_config(hub_id: str) -> dict:
+    """Fetch only config.json from the Hub, in bounded time; offline, say where else to get it."""
+    import urllib.error
+    import urllib.request
+
+    from helpers.env import call_within
+    from helpers.models import _endpoint, hub_reachable
+
+    url = f"{_endpoint()}/{hub_id}/resolve/main/config.json"
+    local = f"download {url} on a machine with internet and pass its path, e.g. --model ./config.json"
+    if not hub_reachable():
+        raise ValueError(f"{hub_id!r} is not in the catalog and the Hugging Face Hub does not answer: {local}")
+
+    def fetch() -> dict:
+        with urllib.request.urlopen(url, timeout=CONFIG_TIMEOUT_S) as reply:
+            return json.loads(reply.read())
+
+    try:
+        return call_within(CONFIG_TIMEOUT_S, fetch)
+    except urllib.error.HTTPError as e:
+        why = (
+            "gated: accept its licence on its page, then"
+            if e.code in (401, 403)
+            else f"HTTP {e.code}: check the id, or"
+        )
+        raise ValueError(f"the Hub has no readable config.json for {hub_id!r} ({why}) {local}") from None
+    except (OSError, TimeoutError, json.JSONDecodeError) as e:
+        raise ValueError(f"could not fetch {hub_id!r}'s config.json ({e}): {local}") from None
+
+
+def _shape_from_config(c: dict, impl: str | None) -> Shape:
+    kind = c.get("model_type", "")
+    if kind == "gemma3" and "text_config" in c:  # the multimodal Gemma 3: the estimator reads its language model
+        c = {"model_type": "gemma3_text", **c["text_config"]}
+        kind = "gemma3_text"
+    if kind not in MODEL_TYPES:
+        raise ValueError(
+            f"The estimator does not know model_type {kind!r} yet; it knows {', '.join(sorted(MODEL_TYPES))}. "
+            "Pick the closest catalog model instead."
+        )
+    family = MODEL_TYPES[kind]
+    missing = [k for k in (_GPT2_REQUIRED if family == "gpt2" else _REQUIRED) if c.get(k) is None]
+    if missing:
+        raise ValueError(
+            f"the {kind} config lacks {', '.join(repr(k) for k in missing)}: pass the model's whole config.json "
+            f"(or add {missing[0]!r} to the dict)"
+        )
+    # Gemma 2 has no sdpa path in transformers (its scores are soft-capped): eager unless asked
+    impl = impl or ("eager" if kind == "gemma2" else "sdpa")
+    return {"gpt2": _gpt2, "bert": _bert, "neox": _neox}.get(family, _decoder)(c, impl, kind)
+
+
+def _dims(c: dict, keys=("hidden_size", "num_hidden_layers", "num_attention_heads")) -> dict:
+    """The sizes every family has, read from a config (GPT-2 spells them its own way)."""
+    h, layers, heads = (c[k] for k in keys)
+    kv = c.get("num_key_value_heads") or heads
+    return dict(hidden=h, layers=layers, heads=heads, kv_heads=kv, head_dim=c.get("head_dim") or h // heads)
+
+
+def _gpt2(c: dict, impl: str, kind: str) -> Shape:
+    dims, h = _dims(c, ("n_embd", "n_layer", "n_head")), c["n_embd"]
+    return Shape(
+        "gpt2",
+        **dims,
+        intermediate=c.get("n_inner") or 4 * h,
+        vocab=c["vocab_size"],
+        act=c.get("activation_function", "gelu_new"),
+        tied=c.get("tie_word_embeddings", True),
+        attn_dropout=c.get("attn_pdrop", 0.1),
+        resid_dropout=c.get("resid_pdrop", 0.1),
+        embed_dropout=c.get("embd_pdrop", 0.1),
+        attn_impl=impl,
+        max_positions=c["n_positions"],
+    )
+
+
+def _bert(c: dict, impl: str, kind: str) -> Shape:
+    """An encoder trained with a classification head (BertForSequenceClassification)."""
+    dropout = c.get("hidden_dropout_prob", 0.1)
+    return Shape(
+        "bert",
+        **_dims(c),
+        intermediate=c["intermediate_size"],
+        vocab=c["vocab_size"],
+        act=c.get("hidden_act", "gelu"),
+        attn_dropout=c.get("attention_probs_dropout_prob", 0.1),
+        resid_dropout=dropout,
+        embed_dropout=dropout,
+        attn_impl=impl,
+        qkv_bias=True,
+        max_positions=c.get("max_position_embeddings", 512),
+        head="classifier",
+        num_labels=c.get("num_labels") or len(c.get("id2label") or {}) or 2,
+        type_vocab=c.get("type_vocab_size", 2),
+    )
+
+
+def _neox(c: dict, impl: str, kind: str) -> Shape:
+    """GPT-NeoX (Pythia): LayerNorm, one fused q/k/v with biases, partial rotary, parallel residual."""
+    rope, dropout = c.get("rope_parameters") or c.get("rope_scaling") or {}, c.get("hidden_dropout", 0.0)
+    return Shape(
+        "neox",
+        **_dims(c),
+        intermediate=c["intermediate_size"],
+        vocab=c["vocab_size"],
+        act=c.get("hidden_act", "gelu"),
+        tied=c.get("tie_word_embeddings", False),
+        attn_dropout=c.get("attention_dropout", 0.0),
+        resid_dropout=dropout,
+        embed_dropout=dropout,
+        attn_impl=impl,
+        rotary_fraction=c.get("rotary_pct") or rope.get("partial_rotary_factor") or 0.25,
+        parallel_residual=c.get("use_parallel_residual", True),
+    )
+
+
+def _decoder(c: dict, impl: str, kind: str) -> Shape:
+    """Llama, Mistral, Qwen2/3, Gemma 1/2/3, Phi-3: RMSNorm, rotary, a gated MLP."""
+    rope, sandwich = c.get("rope_parameters") or c.get("rope_scaling") or {}, kind in ("gemma2", "gemma3_text")
+    return Shape(
+        MODEL_TYPES[kind],
+        **_dims(c),
+        intermediate=c["intermediate_size"],
+        vocab=c["vocab_size"],
+        act=c.get("hidden_act") or c.get("hidden_activation") or "silu",
+        tied=c.get("tie_word_embeddings", kind.startswith("gemma")),
+        attn_dropout=c.get("attention_dropout") or 0.0,
+        # Phi-3 drops after attention and after the MLP (its embd_pdrop is no longer applied in transformers 5)
+        resid_dropout=c.get("resid_pdrop") or 0.0,
+        attn_impl=impl,
+        qkv_bias=kind == "qwen2" or bool(c.get("attention_bias")),
+        qk_norm=kind in ("qwen3", "gemma3_text"),
+        sandwich_norms=sandwich,
+        attn_softcap=(c.get("attn_logit_softcapping") or 0.0) if sandwich else 0.0,
+        logit_softcap=(c.get("final_logit_softcapping") or 0.0) if sandwich else 0.0,
+        rotary_fraction=c.get("partial_rotary_factor") or rope.get("partial_rotary_factor") or 1.0,
+    )

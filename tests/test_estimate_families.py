@@ -1,0 +1,245 @@
+"""The estimator on every family a student names, every way of naming it, and the options people use.
+
+Activations are held to the bytes saved-tensor hooks measure (helpers.saved_tensors) on tiny random
+models built with the real transformers classes (no download), through the CPU grid of
+scripts/bench_estimator.py: Llama, Mistral, Qwen2, Qwen3, Gemma 1/2/3, Phi-3, GPT-NeoX, GPT-2, BERT;
+eager and sdpa, dropout on and off, checkpointing on and off, fp32 / bf16 autocast / pure bf16,
+full / LoRA / QLoRA.
+"""
+
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers.estimate import SAFETY_MARGIN, estimate_training_memory, shape_of
+from helpers.plan import format_plan, plan
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+ROOT = Path(__file__).parent.parent
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_estimator", ROOT / "scripts" / "bench_estimator.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _errors(rows):
+    return {settings: (predicted - measured) / measured for settings, measured, predicted in rows}
+
+
+def test_every_family_full_and_lora_within_1_percent_median_5_worst(bench):
+    """11 families x eager/sdpa x dropout x checkpointing x fp32/autocast/pure bf16 x full/LoRA."""
+    errors = _errors(bench.cpu_grid(methods=("full", "lora"), sizes=((2, 48),)))
+    assert len(errors) > 400
+    assert {s[0] for s in errors} == set(bench.CPU_FAMILIES)
+    assert statistics.median(abs(e) for e in errors.values()) <= 0.01
+    bad = {" ".join(map(str, s)): f"{e:+.1%}" for s, e in errors.items() if abs(e) > 0.05}
+    assert not bad, bad
+
+
+def test_qlora_on_the_new_families_matches_the_bytes_saved(bench):
+    """The course's QLoRA recipe (nf4, peft's k-bit preparation) on Qwen3, Gemma 3, Phi-3, GPT-NeoX, in fp32
+    and under bf16 autocast, where the 4-bit projections hand the MLP fp32 tensors."""
+    kinds = ("qwen3", "gemma3_text", "phi3", "gpt_neox")
+    errors = _errors(bench.cpu_grid(kinds, impls=("sdpa",), methods=("qlora",), sizes=((2, 48),)))
+    assert len(errors) == 32  # fp32 (the course's CPU path) and bf16 autocast (a card's): 4 x 2 x 2 x 2
+    bad = {" ".join(map(str, s)): f"{e:+.1%}" for s, e in errors.items() if abs(e) > 0.01}
+    assert not bad, bad
+
+
+# --- naming the model: catalog, config.json, folder, dict, config, Hub id ------------------------
+
+
+@pytest.fixture
+def qwen3_config(tmp_path):
+    from transformers import Qwen3Config
+
+    config = Qwen3Config(
+        hidden_size=1024,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=3072,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+    )
+    config.to_json_file(tmp_path / "config.json")
+    return config, tmp_path
+
+
+def test_a_config_json_its_folder_a_dict_and_a_config_read_as_the_catalog_model(qwen3_config):
+    config, folder = qwen3_config
+    as_dict = json.loads((folder / "config.json").read_text())
+    shapes = {shape_of(m) for m in (config, folder / "config.json", str(folder), as_dict, "Qwen3-0.6B")}
+    assert len(shapes) == 1 and shapes.pop().qk_norm
+    args = dict(per_device_batch=1, seq_len=256, method="qlora")
+    path_estimate = estimate_training_memory(str(folder / "config.json"), **args)
+    assert path_estimate.as_dict() == estimate_training_memory("Qwen3-0.6B", **args).as_dict()
+    assert plan(str(folder), "T4", **args)[0].estimate.total == path_estimate.total
+
+
+def test_the_multimodal_gemma3_config_is_read_as_its_language_model():
+    from transformers import Gemma3Config
+
+    config = Gemma3Config(text_config=dict(hidden_size=2560, num_hidden_layers=34, intermediate_size=10240))
+    shape = shape_of(config)
+    assert shape.family == "gemma" and shape.qk_norm and shape.sandwich_norms and shape.hidden == 2560
+
+
+@pytest.mark.parametrize(
+    "model, message",
+    [
+        (dict(model_type="llama", hidden_size=64), r"the llama config lacks 'num_hidden_layers', .*config.json"),
+        (dict(model_type="mamba", hidden_size=64), r"does not know model_type 'mamba' yet; it knows .*gpt_neox"),
+        ("Mistral-9B", r"unknown model 'Mistral-9B': the catalog has .*a path to a model's config.json"),
+        ("no/such/config.json", r"no config.json at 'no/such/config.json'"),
+    ],
+)
+def test_bad_models_name_the_cause_and_the_fix(model, message):
+    with pytest.raises(ValueError, match=message):
+        estimate_training_memory(model, per_device_batch=1, seq_len=64)
+
+
+def test_a_hub_id_offline_says_so_and_where_to_get_config_json(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError, match=r"'Qwen/Qwen3-14B' is not in the catalog and the .*Hub does not answer: "):
+        shape_of("Qwen/Qwen3-14B")
+
+
+def test_the_cli_plans_from_a_config_json_offline(qwen3_config):
+    _, folder = qwen3_config
+    done = subprocess.run(
+        [sys.executable, "-m", "helpers", "plan", "--model", str(folder / "config.json"), "--gpu", "T4"]
+        + ["--seq-len", "1024", "--qlora", "--precision", "bf16-true", "--lora-targets", "q_proj,v_proj,lm_head"]
+        + ["--optimizer", "adamw_torch", "--fused-loss"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env=dict(os.environ, HF_HUB_OFFLINE="1"),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "(0.60B parameters" in done.stdout and "qlora, bf16-true" in done.stdout
+    assert "optimizer adamw_torch" in done.stdout and "fits T4" in done.stdout
+
+
+# --- options, each changing the estimate as it changes what is saved ------------------------------
+
+
+def test_peft_module_names_and_lm_head_adapt_what_peft_adapts(bench):
+    """peft's names give the estimator's estimate, and LoRA on the head costs what peft and autograd say."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    for kind, names, ours in (
+        ("llama", ["q_proj", "v_proj"], ["q", "v"]),
+        ("phi3", ["qkv_proj", "gate_up_proj"], ["q", "k", "v", "gate", "up"]),
+        ("gpt_neox", ["query_key_value", "dense_4h_to_h"], ["q", "k", "v", "down"]),
+    ):
+        config = bench.tiny_config(kind, dropout=False)
+        args = dict(per_device_batch=2, seq_len=48, method="lora", lora_r=8, precision="fp32", device="cpu")
+        by_name = estimate_training_memory(config, lora_targets=names, **args)
+        assert by_name.as_dict() | {"settings": 0} == estimate_training_memory(
+            config, lora_targets=ours, **args
+        ).as_dict() | {"settings": 0}
+        model = AutoModelForCausalLM.from_config(config)
+        trained = get_peft_model(model, LoraConfig(r=8, target_modules=names + ["lm_head"])).train()
+        head = estimate_training_memory(config, lora_targets=names + ["lm_head"], **args)
+        assert head.trainable == sum(p.numel() for p in trained.parameters() if p.requires_grad)
+        measured = bench._measure(trained, model, 2, 48, autocast=False, checkpointing=False)
+        assert abs(head.activations - measured) / measured < 0.01, (kind, head.activations, measured)
+        assert head.activations > by_name.activations
+
+
+def test_trainingarguments_optimizer_names():
+    args = dict(per_device_batch=1, seq_len=128, precision="fp32")
+    for name, kit in (
+        ("adamw_torch", "adamw_foreach"),
+        ("adamw_torch_fused", "adamw"),
+        ("adamw_bnb_8bit", "adamw_8bit"),
+    ):
+        theirs, ours = (
+            estimate_training_memory("SmolLM2-135M", optimizer=name, **args),
+            estimate_training_memory("SmolLM2-135M", optimizer=kit, **args),
+        )
+        assert (theirs.optimizer, theirs.optimizer_step, theirs.total) == (
+            ours.optimizer,
+            ours.optimizer_step,
+            ours.total,
+        )
+    assert plan("SmolLM2-1.7B", "T4", per_device_batch=1, seq_len=512, optimizer="adamw_torch")[1:], "AdamW can shrink"
+
+
+def test_adafactor_state_is_what_transformers_adafactor_keeps(bench):
+    """Full fine-tuning and LoRA: a row and a column per matrix, the whole of each vector, no first moment."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+    from transformers.optimization import Adafactor
+
+    config = bench.tiny_config("llama", dropout=False)
+    for method in ("full", "lora"):
+        model = AutoModelForCausalLM.from_config(config)
+        if method == "lora":
+            model = get_peft_model(model, LoraConfig(r=8, target_modules="all-linear"))
+        ids = torch.randint(3, 512, (1, 16))
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt = Adafactor([p for p in model.parameters() if p.requires_grad], lr=1e-3, relative_step=False)
+        opt.step()
+        # each tensor's running RMS, a 4-byte scalar, left out as AdamW's step counter is
+        state = sum(t.nbytes for s in opt.state.values() for t in s.values() if torch.is_tensor(t) and t.dim())
+        e = estimate_training_memory(
+            config, per_device_batch=1, seq_len=16, precision="fp32", method=method, lora_r=8, optimizer="adafactor"
+        )
+        assert e.optimizer == state, method
+
+
+def test_fused_loss_drops_the_fp32_log_probs_and_the_logits():
+    args = dict(per_device_batch=2, seq_len=1024, method="qlora")
+    plain = estimate_training_memory("Llama-3.1-8B", **args)
+    fused = estimate_training_memory("Llama-3.1-8B", fused_loss=True, **args)
+    n, vocab, hidden = 2 * 1024, 128256, 4096
+    assert (
+        plain.activation_parts["loss log-probs"] == 4 * n * vocab + 4 and "loss log-probs" not in fused.activation_parts
+    )
+    assert plain.activations - fused.activations == 4 * n * vocab + 4 - 2 * n * hidden  # the input gradient instead
+    assert fused.logits == 0 and plain.logits == n * vocab * 2 * 4  # the loss's two fp32 gradients
+    assert fused.total < plain.total - 2 * 2**30
+
+
+# --- borderline: within the estimator's known error of the card ---------------------------------
+
+
+def test_verdict_is_borderline_within_the_safety_margin():
+    e = estimate_training_memory("Qwen3-4B", per_device_batch=1, seq_len=1024, method="qlora")
+    assert e.verdict(int(e.total * (1 + SAFETY_MARGIN["qlora"])) + 1) == "fits"
+    assert e.verdict(e.total + 1) == "borderline" and e.fits(e.total + 1), "fits() keeps its old meaning"
+    assert e.verdict(e.total - 1) == "does not fit" and not e.fits(e.total - 1)
+
+
+@pytest.mark.parametrize("method", ["full", "lora", "qlora"])
+def test_the_safety_margin_covers_the_worst_published_under_prediction(bench, method):
+    cases = [c for c in bench.evaluate() if c.in_median and c.estimate.settings["method"] == method]
+    worst = min(bench.error(bench.ours(c), c.measured) for c in cases)
+    margin = SAFETY_MARGIN[method]
+    assert -margin <= worst < -margin / 2, f"{method} {worst:+.1%}: update SAFETY_MARGIN and its comment"
+
+
+def test_plan_does_not_stop_at_a_borderline_step():
+    asked = estimate_training_memory("Qwen3-1.7B", per_device_batch=2, seq_len=1024, method="lora", precision="bf16")
+    card = asked.total * (1 + SAFETY_MARGIN["lora"] / 2) / 2**30  # GiB: the job as asked is borderline
+    steps = plan("Qwen3-1.7B", card, per_device_batch=2, seq_len=1024, method="lora", precision="bf16")
+    assert steps[0].verdict == "borderline" and not steps[0].fits and len(steps) > 1
+    assert steps[-1].verdict == "fits"
+    assert "borderline" in format_plan(steps, card).splitlines()[2]
