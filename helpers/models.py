@@ -161,7 +161,7 @@ def _resolve(model_id: str, *, smoke: bool, needs_gpu: bool, has_gpu: bool):
     if model_id == EMBEDDED_ID:
         return embedded_dir(), "", True
     if smoke:
-        return embedded_dir(), "smoke run: the embedded tiny model was asked for (smoke=True)", True
+        return embedded_dir(), "a quick run: the embedded tiny model was asked for (smoke=True)", True
     if Path(model_id).is_dir():
         return model_id, "", True
     if needs_gpu and not has_gpu:

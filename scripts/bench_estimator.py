@@ -497,23 +497,16 @@ def _build(kind: str, impl: str, dtype: str, dropout: bool, method: str, checkpo
     if method == "full":
         return model.train(), model
     targets = "all-linear" if dropout else QV_NAMES.get(kind, ["q_proj", "v_proj"])
-    if method == "qlora":  # the course's recipe: nf4 with double quantization, peft's k-bit preparation
-        from transformers import BitsAndBytesConfig
-
-        from helpers.qlora import _add_adapter, disable_cpu_repacking
-
-        model.save_pretrained(tmp / kind)
-        # the course's recipe: loaded in the compute dtype, fp32 on CPU; bf16 for autocast, as on a card
-        compute = getattr(torch, dtype)
-        nf4 = BitsAndBytesConfig(
-            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=compute
+    if method == "qlora":
+        return _qlora(
+            model,
+            getattr(torch, dtype),
+            tmp / kind,
+            r=8,
+            dropout=0.1 * dropout,
+            targets=targets,
+            checkpointing=checkpointing,
         )
-        base = cls.from_pretrained(tmp / kind, quantization_config=nf4, dtype=compute, attn_implementation=impl)
-        disable_cpu_repacking(base)
-        trained = _add_adapter(
-            base, r=8, alpha=16, dropout=0.1 * dropout, target_modules=targets, checkpointing=checkpointing
-        )
-        return trained.train(), base
     adapter = LoraConfig(
         r=8,
         target_modules=targets,
@@ -522,6 +515,25 @@ def _build(kind: str, impl: str, dtype: str, dropout: bool, method: str, checkpo
         task_type="SEQ_CLS" if kind == "bert" else None,
     )
     return get_peft_model(model, adapter).train(), model
+
+
+def _qlora(model, compute, folder: Path, *, r: int, dropout: float, targets, checkpointing: bool):
+    """The course's QLoRA recipe on CPU: `model` saved to `folder` and loaded back in nf4 with double
+    quantization, computing in `compute` (fp32 on CPU; bf16 for autocast, as on a card), then peft's
+    k-bit preparation and LoRA (helpers.qlora). Returns the peft model, in training mode, and its base."""
+    from transformers import BitsAndBytesConfig
+
+    from helpers.qlora import _add_adapter, disable_cpu_repacking
+
+    model.save_pretrained(folder)
+    nf4 = BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=compute
+    )
+    impl = model.config._attn_implementation
+    base = type(model).from_pretrained(folder, quantization_config=nf4, dtype=compute, attn_implementation=impl)
+    disable_cpu_repacking(base)
+    trained = _add_adapter(base, r=r, alpha=2 * r, dropout=dropout, target_modules=targets, checkpointing=checkpointing)
+    return trained.train(), base
 
 
 def _measure(trained, model, batch: int, seq_len: int, autocast: bool, checkpointing: bool | None) -> int:

@@ -421,7 +421,7 @@ def test_the_scan_finds_the_calls_the_kit_makes(uses):
         for u in uses
         if u.target == "bitsandbytes.functional.quantize_4bit" and u.where.startswith("notebooks/src/00")
     ]
-    assert set(nb_call.keywords) == {"quant_type", "compress_statistics"} and nb_call.positional == 1
+    assert set(nb_call.keywords) == {"quant_type", "compress_statistics", "blocksize"} and nb_call.positional == 1
 
 
 def test_no_drift_in_the_pinned_versions(uses):
