@@ -10,6 +10,8 @@ Run from the repository root (pure Python, no torch, a few milliseconds):
 
     python scripts/bench_estimator.py              # the table
     python scripts/bench_estimator.py --markdown   # the same table for the doc
+    python scripts/bench_estimator.py --allocator  # and a training step's peak on CPU, torch's allocator
+                                                   # against the estimator (torch, transformers, peft)
 """
 
 from __future__ import annotations
@@ -630,10 +632,131 @@ def print_grid(rows) -> None:
     )
 
 
+# --- the allocator check: the whole step's peak against what torch's CPU allocator hands out -----
+# Saved-tensor hooks miss what is not saved: transients (a dequantized 4-bit weight, the loss's
+# backward), tensors kept on an autograd ctx, the moment inside backward when the most is alive.
+# helpers/_allocator.py reads every allocation and free from torch's profiler. Two shapes of a tiny
+# random Llama (2 layers, 8 heads, 4 key/value heads, untied head, sdpa): one where the logits and
+# the loss set the peak, as in small LMs; one where the weights are wide beside the vocabulary and
+# the tokens few, as in a 7B at a short sequence, so that a layer's backward sets it.
+ALLOCATOR_SHAPES = {  # name -> (the config's sizes, (per_device_batch, seq_len))
+    "vocab-bound": (dict(hidden_size=256, intermediate_size=704, vocab_size=2048), (2, 128)),
+    "weight-bound": (dict(hidden_size=512, intermediate_size=1536, vocab_size=1024), (2, 64)),
+}
+# (method, estimator precision): fp32 throughout, or a 4-bit base computing in bf16 under autocast
+ALLOCATOR_RUNS = (("full", "fp32"), ("lora", "fp32"), ("qlora", "fp32"), ("qlora", "bf16"))
+ALLOCATOR_LORA_R = 16  # all-linear adapters, no dropout (peft's default)
+
+
+def _allocator_model(sizes: dict, method: str, precision: str, checkpointing: bool, tmp: Path):
+    """The model a step trains, and the transformers model under it, for one allocator run."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4, **sizes)
+    config.tie_word_embeddings = False
+    model = LlamaForCausalLM(config)
+    if method == "qlora":  # saved in bf16, as checkpoints ship; loaded in the compute dtype
+        compute = torch.bfloat16 if precision == "bf16" else torch.float32
+        return _qlora(
+            model.to(torch.bfloat16),
+            compute,
+            tmp / f"{sizes['hidden_size']}-{precision}",
+            r=ALLOCATOR_LORA_R,
+            dropout=0.0,
+            targets="all-linear",
+            checkpointing=checkpointing,
+        )
+    if checkpointing:
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    if method == "full":
+        return model.train(), model
+    adapter = LoraConfig(r=ALLOCATOR_LORA_R, lora_alpha=2 * ALLOCATOR_LORA_R, target_modules="all-linear")
+    return get_peft_model(model, adapter).train(), model
+
+
+def measure_step(trained, batch: int, seq_len: int, autocast: bool) -> int:
+    """Peak bytes of one training step (forward, backward, fused AdamW's step, gradients set to None)
+    above the resident weights: the allocator's peak above the step's start, plus the optimizer
+    states already there. A first step creates the states and any lazy buffer; the second is measured."""
+    import torch
+
+    from helpers._allocator import track_allocations
+
+    optimizer = torch.optim.AdamW([p for p in trained.parameters() if p.requires_grad], lr=1e-4, fused=True)
+    ids = torch.randint(3, trained.config.vocab_size, (batch, seq_len), generator=torch.Generator().manual_seed(0))
+
+    def step():
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = trained(input_ids=ids, labels=ids).loss
+        loss.backward()
+        del loss  # the graph and the logits go before the step, as in the Trainer
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step()
+    states = sum(t.nbytes for state in optimizer.state.values() for t in state.values() if torch.is_tensor(t))
+    with track_allocations() as allocated:
+        step()
+    return allocated.peak + states
+
+
+def allocator_grid(shapes=None, runs=ALLOCATOR_RUNS) -> list:
+    """Rows ((shape, method, precision, checkpointing), measured, predicted): step bytes above the weights."""
+    import itertools
+    import tempfile
+    import warnings
+
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # transformers' and peft's deprecation notices, not ours
+        for name in shapes or ALLOCATOR_SHAPES:
+            sizes, (batch, seq_len) = ALLOCATOR_SHAPES[name]
+            for (method, precision), checkpointing in itertools.product(runs, (False, True)):
+                trained, model = _allocator_model(sizes, method, precision, checkpointing, Path(tmp))
+                measured = measure_step(trained, batch, seq_len, autocast=precision != "fp32")
+                e = estimate_training_memory(
+                    model.config,
+                    per_device_batch=batch,
+                    seq_len=seq_len,
+                    precision=precision,
+                    method=method,
+                    lora_r=ALLOCATOR_LORA_R,
+                    checkpointing=checkpointing,
+                    optimizer="adamw",  # fused: its step builds nothing
+                    device="cpu",
+                )
+                rows.append(((name, method, precision, checkpointing), measured, e.allocated - e.weights))
+    return rows
+
+
+def print_allocator(rows) -> None:
+    """The step peak above the weights: torch's CPU allocator against the estimator."""
+    print("\nstep peak above the weights (forward, backward, fused AdamW step), CPU allocator vs estimator")
+    print(
+        f"{'shape':13} {'method':6} {'precision':13} {'ckpt':5} {'measured MiB':>12} {'estimate MiB':>12} {'error':>7}"
+    )
+    for (name, method, precision, checkpointing), measured, predicted in rows:
+        label = "bf16 autocast" if precision == "bf16" else precision
+        print(
+            f"{name:13} {method:6} {label:13} {'on' if checkpointing else 'off':5} {measured / MIB:12.3f} "
+            f"{predicted / MIB:12.3f} {100 * error(predicted, measured):+6.1f}%"
+        )
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--markdown", action="store_true", help="print the table as markdown (for the doc)")
     parser.add_argument("--cpu", action="store_true", help="also the CPU grid against saved-tensor bytes (minutes)")
+    parser.add_argument(
+        "--allocator", action="store_true", help="also the step peak against torch's CPU allocator (half a minute)"
+    )
     args = parser.parse_args(argv)
     cases = evaluate()
     print(table(cases, markdown=args.markdown))
@@ -655,6 +778,8 @@ def main(argv=None) -> int:
         print(f"  {key}: {text}")
     if args.cpu:
         print_grid(cpu_grid())
+    if args.allocator:
+        print_allocator(allocator_grid())
     return 0
 
 
