@@ -8,15 +8,14 @@ scripts/bench_estimator.py (docs/estimator-accuracy.md).
 """
 
 import dataclasses
-import importlib.util
 import itertools
 import statistics
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from bench_script import bench_estimator
 from transformers import (
     AutoModelForCausalLM,
     BertConfig,
@@ -431,11 +430,7 @@ def test_bert_large_is_a_classifier_without_vocabulary_logits():
 
 def test_published_gpu_measurements_median_under_10_percent():
     """scripts/bench_estimator.py: bert-large on a V100, Llama-2-7B LoRA/QLoRA (litgpt, torchtune)."""
-    path = Path(__file__).parent.parent / "scripts" / "bench_estimator.py"
-    spec = importlib.util.spec_from_file_location("bench_estimator", path)
-    bench = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = bench  # its dataclasses look their module up
-    spec.loader.exec_module(bench)
+    bench = bench_estimator()
     cases = bench.evaluate()
     ours, accelerate = bench.medians(cases)
     assert len(cases) >= 12 and ours < 0.10 and ours < accelerate

@@ -7,19 +7,15 @@ checkpointing off and on), measured with helpers/_allocator.py. The grid is
 scripts/bench_estimator.py's (`--allocator` prints the same table); `pytest -s` prints it here.
 """
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
+from bench_script import bench_estimator
 
 from helpers._allocator import track_allocations
 from helpers._util import MIB
 from helpers.saved_tensors import track_saved_tensors
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
-ROOT = Path(__file__).parent.parent
 # how far the estimate may fall below the measured step peak. Where the estimator models every
 # term it lands within 0.5 % in fp32 (the allocator and saved-tensor bytes agree to the byte) and
 # 1.4 % under bf16 autocast (a residual-stream-sized gradient it leaves out); 3 % is twice that,
@@ -28,15 +24,7 @@ ROOT = Path(__file__).parent.parent
 TOLERANCE = 0.03
 
 
-def _load_bench():
-    spec = importlib.util.spec_from_file_location("bench_estimator", ROOT / "scripts" / "bench_estimator.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-BENCH = _load_bench()
+BENCH = bench_estimator()
 SETTINGS = [
     (shape, method, precision, checkpointing)
     for shape in BENCH.ALLOCATOR_SHAPES

@@ -7,7 +7,6 @@ eager and sdpa, dropout on and off, checkpointing on and off, fp32 / bf16 autoca
 full / LoRA / QLoRA.
 """
 
-import importlib.util
 import json
 import os
 import statistics
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from bench_script import bench_estimator
 
 from helpers.estimate import SAFETY_MARGIN, estimate_training_memory, shape_of
 from helpers.plan import format_plan, plan
@@ -27,11 +27,7 @@ ROOT = Path(__file__).parent.parent
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_estimator", ROOT / "scripts" / "bench_estimator.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return bench_estimator()
 
 
 def _errors(rows):
