@@ -8,6 +8,7 @@ scripts/bench_estimator.py (docs/estimator-accuracy.md).
 """
 
 import dataclasses
+import functools
 import itertools
 import statistics
 import subprocess
@@ -18,12 +19,9 @@ import torch
 from bench_script import bench_estimator
 from transformers import (
     AutoModelForCausalLM,
-    BertConfig,
     BertForSequenceClassification,
-    GemmaConfig,
     GPT2Config,
     LlamaConfig,
-    Qwen2Config,
 )
 
 from helpers import estimate as est
@@ -34,51 +32,15 @@ from helpers.saved_tensors import track_saved_tensors
 # transformers' own checkpointing code (and peft) still call the old name; not ours to fix
 pytestmark = pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
 
+BENCH = bench_estimator()
+# the benchmark's tiny configs of each family; GPT-2 and BERT keep their default dropout of 0.1
+# (embeddings, attention, outputs), BERT with a 2-label classification head
 FAMILIES = {
-    "llama": lambda: LlamaConfig(
-        vocab_size=512,
-        hidden_size=64,
-        intermediate_size=176,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    ),
-    "qwen2": lambda: Qwen2Config(
-        vocab_size=512,
-        hidden_size=64,
-        intermediate_size=176,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-    ),
-    "gemma": lambda: GemmaConfig(
-        vocab_size=512,
-        hidden_size=64,
-        intermediate_size=176,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-    ),
-    "gpt2": lambda: GPT2Config(vocab_size=512, n_embd=64, n_layer=2, n_head=4, n_positions=256),  # dropout 0.1
-    # an encoder with a 2-label classification head; dropout 0.1 on embeddings, attention, outputs
-    "bert": lambda: BertConfig(
-        vocab_size=512,
-        hidden_size=64,
-        intermediate_size=176,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        max_position_embeddings=256,
-    ),
+    family: functools.partial(BENCH.tiny_config, family, dropout=family in ("gpt2", "bert"))
+    for family in ("llama", "qwen2", "gemma", "gpt2", "bert")
 }
 SIZES = [(1, 16), (2, 64), (4, 128)]  # (batch, seq_len)
-LORA_NAMES = {
-    "llama": ["q_proj", "v_proj"],
-    "qwen2": ["q_proj", "v_proj"],
-    "gemma": ["q_proj", "v_proj"],
-    "gpt2": ["c_attn"],
-    "bert": ["query", "value"],
-}  # peft's names for the estimator's ["q", "v"]
+LORA_NAMES = {family: BENCH.QV_NAMES.get(family, ["q_proj", "v_proj"]) for family in FAMILIES}  # peft's ["q", "v"]
 
 
 def build(family, impl, dtype=torch.float32):
@@ -430,12 +392,11 @@ def test_bert_large_is_a_classifier_without_vocabulary_logits():
 
 def test_published_gpu_measurements_median_under_10_percent():
     """scripts/bench_estimator.py: bert-large on a V100, Llama-2-7B LoRA/QLoRA (litgpt, torchtune)."""
-    bench = bench_estimator()
-    cases = bench.evaluate()
-    ours, accelerate = bench.medians(cases)
+    cases = BENCH.evaluate()
+    ours, accelerate = BENCH.medians(cases)
     assert len(cases) >= 12 and ours < 0.10 and ours < accelerate
-    for case in bench.evaluate(bench.OOM_CASES):
-        assert bench.ours(case) > case.measured, f"{case.name}: the published run ran out of memory"
+    for case in BENCH.evaluate(BENCH.OOM_CASES):
+        assert BENCH.ours(case) > case.measured, f"{case.name}: the published run ran out of memory"
 
 
 def test_qlora_7b_fits_a_t4_and_full_fine_tuning_does_not():
