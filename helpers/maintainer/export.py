@@ -331,6 +331,11 @@ def main(argv=None):
         result = {"resumed_from": resume_from, "global_step": step, "eval_loss": eval_loss, "losses": losses}
         (output_dir / "result.json").write_text(json.dumps(result, indent=2))
         print(f"done: step {step}, held-out loss {eval_loss:.4f}, in {output_dir}")
+    # every rank waits for rank 0's saving, then leaves the process group: a rank that exits with
+    # the group alive aborts in gloo's threads ("terminate called without an active exception")
+    # and the launcher reports the whole job failed, after it trained to the end
+    trainer.accelerator.wait_for_everyone()
+    trainer.accelerator.end_training()
     return 0
 
 
