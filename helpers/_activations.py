@@ -8,7 +8,8 @@ norms), the projections' inputs, rotary, attention (eager, sdpa's fused kernel o
 fallback), the MLP, dropout, LoRA adapters on a 16-bit or a 4-bit base; each op adds what it
 saves, in the dtype it saves it in. A frozen linear (LoRA, QLoRA) saves no input: autograd keeps
 a linear's input only for its weight's gradient. `outside_layers` counts the embeddings, the final
-norm, the head and the loss; `backward_transient` the gradients alive inside one layer's backward.
+norm, the head and the loss; `backward_transient` the gradients alive inside one layer's backward;
+`weight_casts` the 16-bit weight copies autocast keeps.
 tests/test_estimate.py and tests/test_estimate_families.py hold the walk to the bytes measured on
 CPU for every family, eager and sdpa, dropout on and off, in fp32, under autocast, in pure bf16,
 with peft's LoRA and with QLoRA. Longer than 400 lines because the walk is one sequence of ops that
@@ -20,10 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from helpers._families import adapter_shapes
 from helpers._job import FP32_BYTES  # autocast's residual stream, softmax and loss upcasts, LayerNorm statistics
 
 if TYPE_CHECKING:
     from helpers._families import Shape
+    from helpers._job import Job
 
 __all__ = [
     "ACTIVATION_SAVES",
@@ -34,6 +37,7 @@ __all__ = [
     "backward_transient",
     "layer_activations",
     "outside_layers",
+    "weight_casts",
 ]
 
 INDEX_BYTES = 8  # an int64 token id, label or position id
@@ -337,22 +341,23 @@ def _ln_stats(f: Forward, dtype_bytes: int) -> int:
     return 2 * (FP32_BYTES if f.device == "cuda" else dtype_bytes) * f.tokens
 
 
-def backward_transient(f: Forward, quantized: bool = False) -> int:
+def backward_transient(f: Forward, dequant_bytes: int = 0) -> int:
     """Gradients alive at once inside one layer's backward, beside that layer's saved tensors.
 
     While autograd walks back through a layer, an op's output gradient and its input gradient are
     alive together: two tensors of the largest shape in the layer (the attention matrix on the
     math path, in fp32 around the softmax; otherwise the MLP's width, three with a gated MLP). A
-    4-bit linear also dequantizes its weight to the compute dtype for its input's gradient, and
-    its absmax (one fp32 per 64 weights) first.
+    4-bit linear also dequantizes its weight for its input's gradient (`dequant_bytes` per weight:
+    the compute dtype, and first the dtype it was quantized from when that differs; 0 when nothing
+    is quantized), and its absmax (one fp32 per 64 weights) first.
     """
     s = f.shape
     transient = (3 if s.gated else 2) * f.mlp_bytes * f.tokens * s.intermediate
     if f.math_path:  # BERT's softmax gradient runs in the residual dtype, the decoders' in fp32
         soft = f.resid if s.family == "bert" else FP32_BYTES
         transient = max(transient, 2 * soft * f.scores)
-    if quantized:
-        transient += (f.compute + FP32_BYTES / 64) * max(a * b for a, b in s.linear_shapes().values())
+    if dequant_bytes:
+        transient += (dequant_bytes + FP32_BYTES / 64) * max(a * b for a, b in s.linear_shapes().values())
     return transient
 
 
@@ -426,3 +431,27 @@ def _bert_pooler(f: Forward, frozen: bool, pooler: Adapters | None) -> int:
     # the classifier keeps its input, the dropped pooled state, and the dropout mask
     mask = CUDA_MASK_BYTES if f.device == "cuda" else c if f.autocast else f.resid
     return pooled + act + mask * b * h + (c if f.autocast else f.resid) * b * h
+
+
+def weight_casts(job: Job, adapted_pooler: bool, adapted_head: bool) -> dict[str, int]:
+    """Under autocast each linear's weight is cast to the compute dtype and kept: a linear needs its
+    weight for its input's gradient, frozen or not (a 4-bit base is dequantized, not kept)."""
+    shape, counts, parts = job.shape, job.shape.parameter_counts(), {}
+    if not job.autocast:
+        return parts
+    if not job.checkpointing:
+        cast = (0 if job.quantized else counts["linear"]) + (job.trainable if job.method != "full" else 0)
+        if not job.first_grad and not job.quantized:  # the first layer's q, k, v need no input gradient: no weight kept
+            free = ("q", "k", "v") + (("gate", "up") if shape.parallel_residual else ())  # nor a parallel MLP's
+            if shape.parallel_residual and not set(adapter_shapes(shape, job.lora_targets)) & {"gate", "up"}:
+                free += ("down",)
+            cast -= sum(a * b for t, (a, b) in shape.linear_shapes().items() if t in free)
+        parts["weight casts"] = job.compute * cast
+    head = counts["head"] if shape.head == "classifier" else shape.vocab * shape.hidden  # tied or not
+    head *= not job.quantize_head  # bitsandbytes dequantizes a 4-bit head itself: autocast casts nothing
+    if adapted_pooler and job.checkpointing:  # the pooler's adapter lies outside the checkpointed layers
+        head += 2 * job.lora_r * shape.hidden
+    if adapted_head and job.checkpointing:  # so does the LM head's
+        head += job.lora_r * (shape.hidden + shape.vocab)
+    parts["weight casts (head)"] = job.compute * head
+    return parts

@@ -4,7 +4,8 @@ Private to `helpers.estimate` (taught in notebook 01, memory anatomy), which exp
 below. The model's `Shape` comes from helpers/_families.py; a `Job` is the settings of
 `estimate_training_memory`, checked once, with what follows from them (the compute dtype, autocast,
 the trainable parameters), and the steps that need no activations: the stored weights, the loading
-peak, the optimizer's states and its step's temporaries. Pure Python: no torch, no network.
+peak, the optimizer's states and its step's temporaries, the logits and the loss's gradients at the
+end of the forward. Pure Python: no torch, no network.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ __all__ = [
     "optimizer_step",
     "optimizer_states",
     "load_peak",
+    "logits_moment",
 ]
 
 FP32_BYTES = 4
@@ -110,6 +112,8 @@ class Job:
     quant_keeps_input: bool
     batch_name: str = "per_device_batch"  # how the caller spelled the batch, for the errors
     fused_loss: bool = False  # a fused (chunked) linear cross-entropy: the logits are never held whole
+    quantize_head: bool = False  # the LM head quantized too (Lightning's bitsandbytes plugin, litgpt)
+    quant_dtype: str | None = None  # the dtype the weights were quantized from; None: the compute dtype
 
     def __post_init__(self):
         _check_choices(self)
@@ -149,6 +153,19 @@ class Job:
     def weight_bytes(self) -> float:
         """Bytes a stored weight takes: nf4 without double quantization keeps an fp32 scale per 64."""
         return NF4_SINGLE_QUANT_BYTES if self.weights == "nf4" and not self.double_quant else WEIGHT_BYTES[self.weights]
+
+    @property
+    def dequant_bytes(self) -> int:
+        """Bytes per weight that dequantizing a 4-bit weight for a matmul allocates: bitsandbytes
+        restores it in the dtype it was quantized from, then casts it to the compute dtype, a second
+        copy when the two differ (Lightning's plugin quantizes from fp16 for bf16 compute)."""
+        source = COMPUTE_BYTES[self.quant_dtype] if self.quant_dtype else self.compute
+        return source + (self.compute if self.quant_dtype and self.quant_dtype != self.base_dtype else 0)
+
+    @property
+    def base_dtype(self) -> str:
+        """The compute dtype's name: "fp32", "bf16" or "fp16"."""
+        return self.precision.removesuffix("-true")
 
     @property
     def param_bytes(self) -> float:
@@ -200,6 +217,14 @@ def _check_combination(job: Job) -> None:
         raise ValueError("a classifier head needs num_labels >= 1 in the model's shape")
     if shape.family == "bert" and shape.head != "classifier":
         raise ValueError("BERT is modeled with its sequence-classification head: use head='classifier' and num_labels")
+    if (job.quantize_head or job.quant_dtype) and not job.quantized:
+        setting = "quantize_head=True" if job.quantize_head else f"quant_dtype={job.quant_dtype!r}"
+        raise ValueError(f"{setting} describes quantized weights; use method='qlora' or drop it")
+    if job.quant_dtype is not None:
+        _check_choice("quant_dtype", job.quant_dtype, tuple(COMPUTE_BYTES))
+    if job.quantize_head and (shape.head != "lm" or shape.tied):
+        what = "a classifier head" if shape.head != "lm" else "a head tied to the embeddings (the same tensor)"
+        raise ValueError(f"quantize_head=True, but this model has {what}: drop quantize_head")
     base = job.precision.removesuffix("-true")
     if job.true_half and weights not in (base, "int8", "nf4"):
         raise ValueError(f"precision={job.precision!r} stores every weight in {base}; drop weights={weights!r}")
@@ -224,13 +249,16 @@ def load_peak(job: Job, weights: float) -> float:
     linear arrives in 16 bits beside its packed codes and scales (2 + 1/2 + 1/8 + 1/64 bytes per
     weight, the largest linear last); then peft's k-bit preparation casts the unquantized
     parameters to fp32 one at a time (the largest, the embedding, in 16 and 32 bits at once).
-    Sources: /tmp/qlora-research.md section 5 (transformers core_model_loading.py, peft other.py)."""
+    Sources: transformers 5.23's core_model_loading.py (one tensor at a time when quantizing on the
+    fly) and peft 0.21's utils/other.py (prepare_model_for_kbit_training)."""
     if not job.quantized:
         return weights
     counts, half = job.shape.parameter_counts(), HALF_BYTES
-    largest = max(a * b for a, b in job.shape.linear_shapes().values())
-    kept = counts["embeddings"] + counts["head"] + counts["other"]
-    quantized = counts["linear"] * job.weight_bytes + half * kept + (2 + 1 / 2 + 1 / 8 + 1 / 64) * largest
+    head = counts["head"] * (not job.quantize_head)
+    largest = max([a * b for a, b in job.shape.linear_shapes().values()] + [counts["head"] - head])
+    kept = counts["embeddings"] + head + counts["other"]
+    quantized = (counts["linear"] + counts["head"] - head) * job.weight_bytes + half * kept
+    quantized += (2 + 1 / 2 + 1 / 8 + 1 / 64) * largest
     if job.true_half:  # no k-bit preparation: the unquantized parameters stay in 16 bits
         return max(quantized, weights)
     return max(quantized, weights + half * job.shape.vocab * job.shape.hidden)
@@ -243,7 +271,9 @@ def stored_weights(job: Job) -> float:
     counts = job.shape.parameter_counts()
     if job.quantized:
         kept = job.compute if job.true_half else FP32_BYTES
-        stored = counts["linear"] * job.weight_bytes + kept * (counts["embeddings"] + counts["head"] + counts["other"])
+        head = counts["head"] * (not job.quantize_head)  # a quantized head is stored as its linears are
+        quantized = counts["linear"] + counts["head"] - head
+        stored = quantized * job.weight_bytes + kept * (counts["embeddings"] + head + counts["other"])
     else:
         stored = job.shape.parameters * job.weight_bytes
     return stored if job.method == "full" else stored + job.param_bytes * job.trainable
@@ -279,3 +309,19 @@ def _adafactor_state(job: Job) -> list[int]:
         matrices.append(shape.vocab + shape.hidden)
     matrices += [rows + shape.hidden for rows in (shape.max_positions, shape.type_vocab) if rows]  # position tables
     return matrices + [counts["other"]]
+
+
+def logits_moment(job: Job) -> int:
+    """3b. the logits at the end of the forward and the fp32 upcast that the loss reads (not saved),
+    then the loss's gradients at the start of the backward; a quantized head's dequantized weight."""
+    shape, n = job.shape, job.batch * job.seq_len
+    # a quantized head's weight, dequantized beside them in its forward and again in its backward
+    head = (job.dequant_bytes + FP32_BYTES / 64) * shape.vocab * shape.hidden if job.quantize_head else 0
+    if job.fused_loss and shape.head == "lm":  # one chunk of logits at a time: negligible beside the rest
+        return head
+    if shape.head == "classifier":
+        rows = job.batch if shape.family == "bert" else n
+        return rows * shape.num_labels * (job.compute + FP32_BYTES)
+    # the logits and their fp32 upcast at the end of the forward; at the start of the backward the
+    # loss's fp32 gradient and log_softmax's fp32 input gradient, beside the saved log-probs
+    return n * shape.vocab * max(job.compute + FP32_BYTES, 2 * FP32_BYTES) + head

@@ -45,11 +45,12 @@ SOURCES = {
         "github.com/Lightning-AI/litgpt/blob/4839345a97a0a90bc5f2361664b04d665c9a0e89/tutorials/resource-tables.md"
     ),
     "litgpt-hub": (
-        "litgpt config_hub/finetune/README.md at Lightning-AI/litgpt@00af8b0d (2024-09-27; QLoRA rows "
-        "re-measured in e5493986), settings from config_hub/finetune/<model>/{lora,qlora}.yaml at that commit; "
-        "A10G 24 GB, bitsandbytes 0.42.0, bf16-true, Alpaca2k max_seq_length 512, no checkpointing; "
+        "litgpt config_hub/finetune/README.md at Lightning-AI/litgpt@00af8b0d (2024-09-27; rows added from "
+        "4a9b7e62, 2024-03-14, on), settings from config_hub/finetune/<model>/{lora,qlora}.yaml at that commit; "
+        "A10G 24 GB, bitsandbytes 0.41.0 (the Llama-2-7B QLoRA row) or 0.42.0, Lightning's bitsandbytes "
+        "plugin, bf16-true, Alpaca2k max_seq_length 512, no checkpointing; "
         "'Peak memory' is torch.cuda.max_memory_allocated()/1e9 printed after fit (litgpt/finetune/lora.py), "
-        "whole run. Read for issue 13 (/tmp/qlora-research.md section 6b)"
+        "whole run"
     ),
     "torchtune": (
         "torchtune README (pre-release, early 2024, PyTorch 2.2) 'Finetuning resource requirements': "
@@ -86,6 +87,12 @@ BERT = dict(seq_len=512, attn_impl="eager", optimizer="adamw_hf", set_to_none=Fa
 # checkpointing on one GPU; the first iteration forces the longest example (1304 tokens) into
 # the micro-batch; bitsandbytes 0.41 kept each 4-bit layer's input for backward
 LITGPT_LLAMA = replace(shape_of("Llama-2-7B"), qkv_fused=True)
+# litgpt's --quantize bnb.*: Lightning's BitsandbytesPrecision builds every nn.Linear as a 4-bit one,
+# the LM head included, and quantizes each weight from `weight.to(torch.half)` whatever the compute
+# dtype (lightning/fabric/plugins/precision/bitsandbytes.py, _Linear4bit.quantize), so bitsandbytes
+# dequantizes to fp16 and then casts to bf16; bitsandbytes 0.41-0.42's MatMul4Bit kept each 4-bit
+# layer's input for backward (ctx.tensors = (A, B); 0.43.2 keeps (None, B))
+LIGHTNING_BNB = dict(quant_keeps_input=True, quantize_head=True, quant_dtype="fp16")
 LITGPT = dict(
     seq_len=1304, precision="bf16-true", lora_r=8, lora_targets=["q", "v"], lora_dropout=0.05, optimizer="adamw_foreach"
 )
@@ -221,7 +228,7 @@ CASES = [
         "GB",
         "allocated",
         LITGPT_LLAMA,
-        dict(LITGPT, batch_size=1, method="qlora", double_quant=False, quant_keeps_input=True),
+        dict(LITGPT, **LIGHTNING_BNB, batch_size=1, method="qlora", double_quant=False),
         "int4",
     ),
     Case(
@@ -231,7 +238,7 @@ CASES = [
         "GB",
         "allocated",
         LITGPT_LLAMA,
-        dict(LITGPT, batch_size=1, method="qlora", double_quant=True, quant_keeps_input=True),
+        dict(LITGPT, **LIGHTNING_BNB, batch_size=1, method="qlora", double_quant=True),
         "int4",
     ),
     Case(
@@ -249,22 +256,24 @@ CASES = [
         in_median=False,
     ),
 ]
-# litgpt's config hub (A10G 24 GB, Sept 2024): LoRA and QLoRA side by side, same harness and data
+# litgpt's config hub (A10G 24 GB, 2024): LoRA and QLoRA side by side, same harness and data
 # (Alpaca2k, sequences padded to 512 tokens), bf16-true, no checkpointing, LoRA dropout 0.05; QLoRA
-# with bnb.nf4 (no double quantization) through bitsandbytes 0.42 (each 4-bit layer keeps its
-# input). The figure is max_memory_allocated over the whole run (loading included, no reset). Not
-# modeled, so expect the estimate a little off: litgpt quantizes the LM head too and dequantizes it
-# in fp16 then bf16 (~0.5 GB transient on a 7B), runs the loss in bf16 on 128-token chunks, and its
-# QLoRA optimizer is bitsandbytes' paged 32-bit AdamW (large states outside max_memory_allocated).
+# with bnb.nf4 (no double quantization) through bitsandbytes 0.41-0.42 and Lightning's plugin
+# (LIGHTNING_BNB). The figure is max_memory_allocated over the whole run (loading included, no
+# reset). Fabric casts the chunked logits to fp32 after the forward, so the loss is transformers'
+# (fp32 logits and log-probs). Not modeled, and it lowers the measured figure: the QLoRA optimizer
+# is bitsandbytes' paged 32-bit AdamW (its states of 100,000 elements or more live outside
+# max_memory_allocated).
 HUB = dict(seq_len=512, precision="bf16-true", lora_dropout=0.05, optimizer="adamw_foreach")
-HUB_QLORA = dict(HUB, method="qlora", double_quant=False, quant_keeps_input=True)
+HUB_QLORA = dict(HUB, **LIGHTNING_BNB, method="qlora", double_quant=False)
 HUB_QV = dict(lora_targets=["q", "v"], lora_r=32)
 HUB_ALL = ["q", "k", "v", "o", "gate", "up", "down", "lm_head"]
 
 
 def _litgpt(name: str):
-    """litgpt's GPT: one fused q/k/v projection for every model."""
-    return replace(shape_of(name), qkv_fused=True)
+    """litgpt's GPT at 00af8b0d: one fused q/k/v projection and its own LM head for every model
+    (its Config had no tie_embeddings yet: Llama 3.2's tied head is loaded as a second copy)."""
+    return replace(shape_of(name), qkv_fused=True, tied=False)
 
 
 def _hub(name: str, model: str, measured: float, settings: dict, dtype: str) -> Case:

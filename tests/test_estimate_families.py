@@ -239,3 +239,61 @@ def test_plan_does_not_stop_at_a_borderline_step():
     assert steps[0].verdict == "borderline" and not steps[0].fits and len(steps) > 1
     assert steps[-1].verdict == "fits"
     assert "borderline" in format_plan(steps, card).splitlines()[2]
+
+
+# --- harness options: a quantized LM head, weights quantized from another dtype ---------------
+
+
+def test_a_quantized_head_is_stored_in_4_bits_and_dequantized_whole_when_it_runs():
+    args = dict(per_device_batch=2, seq_len=512, method="qlora", precision="bf16-true", double_quant=False)
+    kept = estimate_training_memory("Llama-2-7B", **args)
+    quantized = estimate_training_memory("Llama-2-7B", quantize_head=True, **args)
+    head = 32000 * 4096  # vocab x hidden
+    assert kept.weights - quantized.weights == pytest.approx(head * (2 - 4.5 / 8), abs=2)
+    # forward and backward each dequantize the whole head (bf16) and its fp32 scales, beside the logits
+    assert quantized.logits - kept.logits == pytest.approx(head * (2 + 4 / 64), abs=2)
+    assert quantized.settings["quantize_head"] is True and "quantize_head" not in kept.settings
+
+
+@pytest.mark.parametrize(
+    "model, settings, message",
+    [
+        ("Llama-3.2-1B", dict(method="qlora", quantize_head=True), r"head tied to the embeddings.*drop quantize_head"),
+        ("Llama-2-7B", dict(method="lora", quantize_head=True), r"quantize_head=True describes quantized weights"),
+        ("Llama-2-7B", dict(method="qlora", quant_dtype="fp8"), r"quant_dtype='fp8' is not one of 'fp32', 'bf16'"),
+    ],
+)
+def test_quantized_head_and_quant_dtype_refuse_what_cannot_be(model, settings, message):
+    with pytest.raises(ValueError, match=message):
+        estimate_training_memory(model, per_device_batch=1, seq_len=64, **settings)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("source, per_weight", [(torch.float32, 4), (torch.float16, 2 + 4)])
+def test_a_weight_quantized_from_another_dtype_is_dequantized_twice_as_bitsandbytes_does(source, per_weight):
+    """A real bitsandbytes Linear4bit on the CPU: its backward restores the weight in the dtype it was
+    quantized from, then casts it to the compute dtype (fp32 here, where the CPU allocator is exact)."""
+    import bitsandbytes as bnb
+
+    from helpers._allocator import track_allocations
+
+    out_features, in_features, tokens = 2048, 1024, 64
+    layer = bnb.nn.Linear4bit(in_features, out_features, bias=False, compute_dtype=torch.float32, quant_type="nf4")
+    weight = torch.randn(out_features, in_features).to(source)
+    layer.weight = bnb.nn.Params4bit(weight, requires_grad=False, compress_statistics=False, quant_type="nf4")
+    layer = layer.to("cpu")  # quantizes it
+    x = torch.randn(tokens, in_features, requires_grad=True)
+    y = layer(x)
+    grad_output = torch.ones_like(y)
+    with track_allocations() as allocated:
+        y.backward(grad_output)
+    grad_input = 4 * tokens * in_features
+    weight_bytes = out_features * in_features
+    assert per_weight * weight_bytes <= allocated.peak <= per_weight * weight_bytes + grad_input
+
+    # the estimator's term: the same per-weight bytes on the largest linear of a layer
+    args = dict(per_device_batch=1, seq_len=64, method="qlora", precision="fp32", device="cpu")
+    own = estimate_training_memory("Llama-3.2-1B", **args)
+    other = estimate_training_memory("Llama-3.2-1B", quant_dtype={torch.float16: "fp16"}.get(source, "fp32"), **args)
+    largest = 2048 * 8192  # Llama-3.2-1B's gate / up / down projections
+    assert other.backward_transient - own.backward_transient == (per_weight - 4) * largest

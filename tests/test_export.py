@@ -237,7 +237,10 @@ def finish(process: subprocess.Popen, log: Path) -> None:
     finally:
         if process.poll() is None:
             kill_tree(process)
-    assert process.returncode == 0, log.read_text()[-4000:]
+    text = log.read_text()
+    assert process.returncode == 0, text[-4000:]
+    # a rank that exits with its process group alive can abort in gloo's threads (pytorch#190489)
+    assert "terminate called" not in text, text[-4000:]
 
 
 @pytest.fixture(scope="module")
