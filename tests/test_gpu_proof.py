@@ -33,6 +33,7 @@ TINY_SHAPES = {
     "Mistral-tiny": TINY | dict(hidden=128, head_dim=32, intermediate=256, tied=False),
 }
 FAKE_PEAK_BYTES = 100 * 2**20  # what the fake allocator reports as its peak
+FAKE_RESERVED_BYTES = 120 * 2**20  # and as its reserved peak
 FAKE_CARD_BYTES = 80 * 2**30  # the fake card's size
 
 
@@ -44,6 +45,9 @@ class FakeCuda:
 
     def peak_bytes(self):
         return FAKE_PEAK_BYTES
+
+    def reserved_bytes(self):
+        return FAKE_RESERVED_BYTES
 
     def total_bytes(self):
         return FAKE_CARD_BYTES
@@ -63,7 +67,7 @@ class FakeCuda:
 @pytest.fixture
 def fake_cuda(monkeypatch):
     fake = FakeCuda()
-    for name in ("peak_bytes", "total_bytes", "cap_memory", "precisions", "machine"):
+    for name in ("peak_bytes", "reserved_bytes", "total_bytes", "cap_memory", "precisions", "machine"):
         monkeypatch.setattr(gpu_proof, f"_{name}", getattr(fake, name))
     return fake
 
@@ -187,7 +191,8 @@ def test_the_estimator_grid_runs_every_case(tiny, proof, fake_cuda):
         )
         assert r["estimated_gib"] == round(e.allocated / 2**30, 3)
         assert r["error_pct"] == round(100 * (e.allocated - FAKE_PEAK_BYTES) / FAKE_PEAK_BYTES, 1)
-    assert result["median_abs_error_pct"] > 0
+        assert r["reserved_error_pct"] == round(100 * (e.reserved - FAKE_RESERVED_BYTES) / FAKE_RESERVED_BYTES, 1)
+    assert result["median_abs_error_pct"] > 0 and result["median_abs_reserved_error_pct"] > 0
 
 
 def test_a_model_that_fails_leaves_the_other_rows(tiny, proof, fake_cuda, monkeypatch):
@@ -338,7 +343,8 @@ def test_the_report_of_real_sections(tiny, tmp_path, fake_cuda, monkeypatch):
     assert "## estimator (ok," in md and "## oom (ok," in md and "Card: fake card" in md
     table = [line for line in md.splitlines() if line.startswith("| Qwen-tiny") or line.startswith("| Mistral-tiny")]
     assert len(table) == 12
-    assert "| model | method | checkpointing | seq_len | measured_gib | estimated_gib | error_pct |" in md
+    header = "| model | method | checkpointing | seq_len | measured_gib | estimated_gib | error_pct | reserved_gib |"
+    assert header in md
     assert "- tried: [[32, 1], [16, 2], [8, 4]]" in md
     assert json.loads((tmp_path / "out" / "gpu-proof.json").read_text()) == report
 

@@ -162,6 +162,12 @@ def _peak_bytes() -> int:
     return torch.cuda.max_memory_allocated()
 
 
+def _reserved_bytes() -> int:
+    import torch
+
+    return torch.cuda.max_memory_reserved()
+
+
 def _total_bytes() -> int:
     import torch
 
@@ -328,10 +334,12 @@ def _estimator_grid(proof: _Proof) -> dict:
         model = None
         _release()
     errors = sorted(abs(r["error_pct"]) for r in rows if "error_pct" in r)
+    reserved = sorted(abs(r["reserved_error_pct"]) for r in rows if "reserved_error_pct" in r)
     failed = list(dict.fromkeys(f"{r['model']} {r['method']}" for r in rows if "error" in r))
     return {
         "rows": rows,
         "median_abs_error_pct": errors[len(errors) // 2] if errors else None,
+        "median_abs_reserved_error_pct": reserved[len(reserved) // 2] if reserved else None,
         **({"status": "failed", "error": f"no figure for: {', '.join(failed)}"} if failed else {}),
     }
 
@@ -340,8 +348,8 @@ def _row_text(r: dict) -> str:
     where = f"{r['model']} {r['method']} ckpt={r['checkpointing']} {r['seq_len']}"
     if "error" in r:
         return f"{where}: {r['error']}"
-    figures = f"measured {r['measured_gib']:.2f} GiB, estimated {r['estimated_gib']:.2f} GiB"
-    return f"{where}: {figures} ({r['error_pct']:+.1f} %)"
+    figures = f"measured {r['measured_gib']:.2f} GiB, estimated {r['estimated_gib']:.2f} GiB ({r['error_pct']:+.1f} %)"
+    return f"{where}: {figures}; reserved {r['reserved_gib']:.2f} GiB ({r['reserved_error_pct']:+.1f} %)"
 
 
 def _config(model_name: str):
@@ -486,14 +494,18 @@ def _measure_case(model, config, precision: str, case: _Case, device: str = "cud
         _train_steps(model, precision, case.seq_len, device=device)
     except torch.OutOfMemoryError as e:
         return {**row, "error": f"out of memory: {str(e).splitlines()[0]}"}
-    measured = _peak_bytes()
+    measured, reserved = _peak_bytes(), _reserved_bytes()
     attn_impl = getattr(model.config, "_attn_implementation", None) or "sdpa"
-    predicted = _estimate(config, precision, case.seq_len, case.method, case.checkpointing, device, attn_impl).allocated
+    estimate = _estimate(config, precision, case.seq_len, case.method, case.checkpointing, device, attn_impl)
     return {
         **row,
         "measured_gib": round(measured / GIB, 3),
-        "estimated_gib": round(predicted / GIB, 3),
-        "error_pct": round(100 * (predicted - measured) / measured, 1),
+        "estimated_gib": round(estimate.allocated / GIB, 3),
+        "error_pct": round(100 * (estimate.allocated - measured) / measured, 1),
+        # the caching allocator's slack, ACTIVATION_SLACK's check: reserved against allocated + slack
+        "reserved_gib": round(reserved / GIB, 3),
+        "estimated_reserved_gib": round(estimate.reserved / GIB, 3),
+        "reserved_error_pct": round(100 * (estimate.reserved - reserved) / reserved, 1),
     }
 
 
