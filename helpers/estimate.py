@@ -80,10 +80,10 @@ ALLOCATOR_SLACK = 0.05  # reserved above allocated: the caching allocator's roun
 ACTIVATION_SLACK = 0.17
 # the estimator's known error on a GPU, by method: its worst under-prediction of a published
 # measurement (scripts/bench_estimator.py, docs/estimator-accuracy.md), with room to spare: full
-# -4.6 % (bert-large, fp16, V100), LoRA -4.1 % (litgpt, Llama-2-7B), QLoRA -15.8 % (litgpt's 2024
-# harness on Llama-2-7B and Mistral-7B, bitsandbytes 0.41-0.42: a gap not yet explained, which the
-# same model on litgpt's 2023 harness does not show). An estimate this close to the card's limit is
-# "borderline"
+# fine-tuning and LoRA share their 16-bit terms and their worst, -4.6 % (bert-large, fp16, V100;
+# LoRA alone -4.1 %, litgpt, Llama-2-7B); QLoRA -15.7 % (litgpt's 2024 harness on Llama-2-7B and
+# Mistral-7B, bitsandbytes 0.41-0.42: a gap not yet explained, which the same model on litgpt's
+# 2023 harness does not show). An estimate this close to the card's limit is "borderline"
 SAFETY_MARGIN = {"full": 0.08, "lora": 0.08, "qlora": 0.25}
 
 

@@ -270,16 +270,21 @@ HUB_QV = dict(lora_targets=["q", "v"], lora_r=32)
 HUB_ALL = ["q", "k", "v", "o", "gate", "up", "down", "lm_head"]
 
 
-def _litgpt(name: str):
+def _litgpt(name: str, **shape):
     """litgpt's GPT at 00af8b0d: one fused q/k/v projection and its own LM head for every model
     (its Config had no tie_embeddings yet: Llama 3.2's tied head is loaded as a second copy)."""
-    return replace(shape_of(name), qkv_fused=True, tied=False)
+    return replace(shape_of(name), qkv_fused=True, tied=False, **shape)
 
 
-def _hub(name: str, model: str, measured: float, settings: dict, dtype: str) -> Case:
-    return Case(name, "litgpt-hub", measured, "GB", "peak_allocated", _litgpt(model), settings, dtype)
+def _hub(name: str, model, measured: float, settings: dict, dtype: str, global_batch: int = 8) -> Case:
+    """One row of the table; the yaml's global_batch_size / micro_batch_size micro-batches a step."""
+    model = _litgpt(model) if isinstance(model, str) else model
+    settings = dict(settings, grad_accum_steps=global_batch // settings["batch_size"])
+    return Case(name, "litgpt-hub", measured, "GB", "peak_allocated", model, settings, dtype)
 
 
+# Gemma 2 in litgpt soft-caps the attention scores, so it computes attention by hand (eager)
+LITGPT_GEMMA2 = _litgpt("Gemma-2-2B", attn_impl="eager")
 CASES += [
     _hub(
         "Llama-2-7B LoRA r32 q,v mb2", "Llama-2-7B", 19.77, dict(HUB, **HUB_QV, batch_size=2, method="lora"), "float16"
@@ -313,6 +318,15 @@ CASES += [
         "float16",
     ),
     _hub("Llama-3.2-3B QLoRA r32 q,v mb2", "Llama-3.2-3B", 10.30, dict(HUB_QLORA, **HUB_QV, batch_size=2), "int4"),
+    # a full fine-tune: torch's AdamW (foreach) on bf16 weights, 8 micro-batches of 4 a step
+    _hub(
+        "TinyLlama full mb4",
+        "TinyLlama-1.1B",
+        14.10,
+        dict(HUB, batch_size=4, method="full", lora_dropout=0.0),
+        "float16",
+        global_batch=32,
+    ),
     _hub(
         "TinyLlama LoRA r32 all+head mb8",
         "TinyLlama-1.1B",
@@ -340,6 +354,22 @@ CASES += [
         19.13,
         dict(HUB_QLORA, lora_targets=HUB_ALL, lora_r=8, batch_size=4),
         "int4",
+    ),
+    _hub(
+        "Gemma-2-2B LoRA r8 all+head mb2",
+        LITGPT_GEMMA2,
+        14.31,
+        dict(HUB, lora_targets=HUB_ALL, lora_r=8, lora_dropout=0.1, batch_size=2, method="lora"),
+        "float16",
+        global_batch=6,
+    ),
+    _hub(
+        "Gemma-2-2B QLoRA r16 all+head mb2",
+        LITGPT_GEMMA2,
+        13.52,
+        dict(HUB_QLORA, lora_targets=HUB_ALL, lora_r=16, lora_dropout=0.1, batch_size=2),
+        "int4",
+        global_batch=6,
     ),
 ]
 # published out-of-memory runs: the estimate must exceed the card

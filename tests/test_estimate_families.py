@@ -224,12 +224,15 @@ def test_verdict_is_borderline_within_the_safety_margin():
     assert e.verdict(e.total - 1) == "does not fit" and not e.fits(e.total - 1)
 
 
-@pytest.mark.parametrize("method", ["full", "lora", "qlora"])
-def test_the_safety_margin_covers_the_worst_published_under_prediction(bench, method):
-    cases = [c for c in bench.evaluate() if c.in_median and c.estimate.settings["method"] == method]
+# full fine-tuning and LoRA share every 16-bit term (LoRA only drops the base's gradients and
+# states), so they share one known error; QLoRA's 4-bit path has its own
+@pytest.mark.parametrize("methods", [("full", "lora"), ("qlora",)])
+def test_the_safety_margin_covers_the_worst_published_under_prediction(bench, methods):
+    cases = [c for c in bench.evaluate() if c.in_median and c.estimate.settings["method"] in methods]
     worst = min(bench.error(bench.ours(c), c.measured) for c in cases)
-    margin = SAFETY_MARGIN[method]
-    assert -margin <= worst < -margin / 2, f"{method} {worst:+.1%}: update SAFETY_MARGIN and its comment"
+    for method in methods:
+        margin = SAFETY_MARGIN[method]
+        assert -margin <= worst < -margin / 2, f"{methods} {worst:+.1%}: update SAFETY_MARGIN and its comment"
 
 
 def test_plan_does_not_stop_at_a_borderline_step():
