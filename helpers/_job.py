@@ -114,6 +114,7 @@ class Job:
     fused_loss: bool = False  # a fused (chunked) linear cross-entropy: the logits are never held whole
     quantize_head: bool = False  # the LM head quantized too (Lightning's bitsandbytes plugin, litgpt)
     quant_dtype: str | None = None  # the dtype the weights were quantized from; None: the compute dtype
+    loss_chunk: int = 0  # positions per chunk of a cross-entropy over logits kept whole in fp32 (litgpt: 128)
 
     def __post_init__(self):
         _check_choices(self)
@@ -217,6 +218,11 @@ def _check_combination(job: Job) -> None:
         raise ValueError("a classifier head needs num_labels >= 1 in the model's shape")
     if shape.family == "bert" and shape.head != "classifier":
         raise ValueError("BERT is modeled with its sequence-classification head: use head='classifier' and num_labels")
+    if job.loss_chunk and (job.fused_loss or job.loss_chunk < 0):
+        raise ValueError(
+            f"loss_chunk={job.loss_chunk!r}: pass a positive number of positions per chunk, and not with "
+            "fused_loss=True (a fused loss never holds the logits whole)"
+        )
     if (job.quantize_head or job.quant_dtype) and not job.quantized:
         setting = "quantize_head=True" if job.quantize_head else f"quant_dtype={job.quant_dtype!r}"
         raise ValueError(f"{setting} describes quantized weights; use method='qlora' or drop it")
@@ -322,6 +328,9 @@ def logits_moment(job: Job) -> int:
     if shape.head == "classifier":
         rows = job.batch if shape.family == "bert" else n
         return rows * shape.num_labels * (job.compute + FP32_BYTES)
+    if job.loss_chunk:  # the fp32 logits stay whole; the loss's gradients (two fp32, one cast back) per chunk
+        chunk = job.batch * min(job.loss_chunk, job.seq_len)
+        return n * shape.vocab * FP32_BYTES + chunk * shape.vocab * (2 * FP32_BYTES + job.compute) + head
     # the logits and their fp32 upcast at the end of the forward; at the start of the backward the
     # loss's fp32 gradient and log_softmax's fp32 input gradient, beside the saved log-probs
     return n * shape.vocab * max(job.compute + FP32_BYTES, 2 * FP32_BYTES) + head

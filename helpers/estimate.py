@@ -75,15 +75,15 @@ ALLOCATOR_SLACK = 0.05  # reserved above allocated: the caching allocator's roun
 # and, on top, a share of the activations: they are allocated and freed every step, and the caching
 # allocator splits the blocks the backward frees to serve the next forward's smaller requests, then
 # reserves new segments for the large ones; weights and optimizer states are allocated once and do
-# not fragment. 0.17 is the median that the nine HF-V100 runs need (bert-large, PyTorch 1.10's
-# allocator: 0.12 to 0.29, docs/estimator-accuracy.md); `helpers gpu-proof` measures it on a card
+# not fragment. 0.17: the median the five HF-V100 runs without checkpointing need (0.12 to 0.29,
+# bert-large, PyTorch 1.10, docs/estimator-accuracy.md); `helpers gpu-proof` measures it on a card
 ACTIVATION_SLACK = 0.17
 # the estimator's known error on a GPU, by method: its worst under-prediction of a published
 # measurement (scripts/bench_estimator.py, docs/estimator-accuracy.md), with room to spare: full
-# fine-tuning and LoRA share their 16-bit terms and their worst, -4.6 % (bert-large, fp16, V100;
-# LoRA alone -4.1 %, litgpt, Llama-2-7B); QLoRA -15.7 % (litgpt's 2024 harness on Llama-2-7B and
-# Mistral-7B, bitsandbytes 0.41-0.42: a gap not yet explained, which the same model on litgpt's
-# 2023 harness does not show). An estimate this close to the card's limit is "borderline"
+# fine-tuning and LoRA share their 16-bit terms and their worst, -5.0 % (LoRA, litgpt, Llama-2-7B
+# at 2 x 1304 tokens; full fine-tuning alone -4.6 %, bert-large, fp16, V100); QLoRA -16.0 %
+# (litgpt's 2024 harness on Mistral-7B and Phi-3, bitsandbytes 0.42: a gap not yet explained, which
+# Llama-2-7B on litgpt's 2023 harness does not show). This close to the card it is "borderline"
 SAFETY_MARGIN = {"full": 0.08, "lora": 0.08, "qlora": 0.25}
 
 
@@ -211,6 +211,7 @@ def estimate_training_memory(
     fused_loss: bool = False,
     quantize_head: bool = False,
     quant_dtype: str | None = None,
+    loss_chunk: int = 0,
 ) -> Estimate:
     """Estimate the memory of one training step, in bytes, before anything is loaded.
 
@@ -258,6 +259,9 @@ def estimate_training_memory(
             the compute dtype, as helpers.qlora loads them. bitsandbytes dequantizes to that dtype
             and then casts to the compute dtype: a second copy of each weight while it runs when
             they differ (Lightning's plugin quantizes from fp16 whatever the compute dtype).
+        loss_chunk: a cross-entropy on chunks of this many positions per sequence, over fp32 logits
+            the loop keeps whole through the backward (litgpt: 128, cast to fp32 by Fabric): the
+            loss's gradients exist one chunk at a time instead of for the whole sequence.
 
     Returns:
         an Estimate: weights, gradients, optimizer, activations, logits, recompute, cuda_context,
@@ -293,6 +297,7 @@ def estimate_training_memory(
         fused_loss,
         quantize_head,
         quant_dtype,
+        loss_chunk,
     )
     e = _estimate(job)
     if device == "cuda":
@@ -336,6 +341,7 @@ def _estimate(job: Job) -> Estimate:
             fused_loss=job.fused_loss,
             **({"quantize_head": True} if job.quantize_head else {}),
             **({"quant_dtype": job.quant_dtype} if job.quant_dtype else {}),
+            **({"loss_chunk": job.loss_chunk} if job.loss_chunk else {}),
         ),
         activation_parts={k: int(v) for k, v in parts.items()},
         backward_transient=int(backward_transient(f, job.dequant_bytes if job.quantized else 0)),

@@ -93,8 +93,18 @@ LITGPT_LLAMA = replace(shape_of("Llama-2-7B"), qkv_fused=True)
 # dequantizes to fp16 and then casts to bf16; bitsandbytes 0.41-0.42's MatMul4Bit kept each 4-bit
 # layer's input for backward (ctx.tensors = (A, B); 0.43.2 keeps (None, B))
 LIGHTNING_BNB = dict(quant_keeps_input=True, quantize_head=True, quant_dtype="fp16")
+# litgpt's LoRA scripts run the head on 128-position chunks and the cross-entropy chunk by chunk,
+# but Fabric casts the model's outputs to fp32 (_FabricModule.forward -> convert_output) and the
+# loop holds them through the backward: fp32 logits whole, the loss's gradients one chunk at a time
+LITGPT_LOSS = dict(loss_chunk=128)
 LITGPT = dict(
-    seq_len=1304, precision="bf16-true", lora_r=8, lora_targets=["q", "v"], lora_dropout=0.05, optimizer="adamw_foreach"
+    seq_len=1304,
+    precision="bf16-true",
+    lora_r=8,
+    lora_targets=["q", "v"],
+    lora_dropout=0.05,
+    optimizer="adamw_foreach",
+    **LITGPT_LOSS,
 )
 # torchtune 0.1: QLoRA (torchao NF4, double quantized) on q, k, v, o and the MLP, r=8, dropout
 # 0.05, batch 2, Alpaca truncated to 512 tokens, bf16, activation checkpointing, torch AdamW
@@ -264,7 +274,7 @@ CASES = [
 # (fp32 logits and log-probs). Not modeled, and it lowers the measured figure: the QLoRA optimizer
 # is bitsandbytes' paged 32-bit AdamW (its states of 100,000 elements or more live outside
 # max_memory_allocated).
-HUB = dict(seq_len=512, precision="bf16-true", lora_dropout=0.05, optimizer="adamw_foreach")
+HUB = dict(seq_len=512, precision="bf16-true", lora_dropout=0.05, optimizer="adamw_foreach", **LITGPT_LOSS)
 HUB_QLORA = dict(HUB, **LIGHTNING_BNB, method="qlora", double_quant=False)
 HUB_QV = dict(lora_targets=["q", "v"], lora_r=32)
 HUB_ALL = ["q", "k", "v", "o", "gate", "up", "down", "lm_head"]
@@ -318,12 +328,14 @@ CASES += [
         "float16",
     ),
     _hub("Llama-3.2-3B QLoRA r32 q,v mb2", "Llama-3.2-3B", 10.30, dict(HUB_QLORA, **HUB_QV, batch_size=2), "int4"),
-    # a full fine-tune: torch's AdamW (foreach) on bf16 weights, 8 micro-batches of 4 a step
+    # a full fine-tune: torch's AdamW (foreach) on bf16 weights, 8 micro-batches of 4 a step;
+    # finetune/full.py runs the head whole and reshapes the sliced fp32 logits (a copy) before its
+    # chunked cross-entropy: the fp32 logits twice at the end of the forward, as transformers' loss
     _hub(
         "TinyLlama full mb4",
         "TinyLlama-1.1B",
         14.10,
-        dict(HUB, batch_size=4, method="full", lora_dropout=0.0),
+        dict(HUB, batch_size=4, method="full", lora_dropout=0.0, loss_chunk=0),
         "float16",
         global_batch=32,
     ),

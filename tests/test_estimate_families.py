@@ -214,6 +214,19 @@ def test_fused_loss_drops_the_fp32_log_probs_and_the_logits():
     assert fused.total < plain.total - 2 * 2**30
 
 
+def test_a_chunked_loss_keeps_the_fp32_logits_and_one_chunk_of_gradients():
+    """litgpt's loop: fp32 logits held whole through the backward, the loss's gradients per 128 positions."""
+    args = dict(per_device_batch=2, seq_len=512, method="lora", precision="bf16-true")
+    whole = estimate_training_memory("Llama-3.1-8B", **args)
+    chunked = estimate_training_memory("Llama-3.1-8B", loss_chunk=128, **args)
+    n, vocab = 2 * 512, 128256
+    assert whole.logits == n * vocab * 2 * 4  # the loss's two fp32 gradients over the whole sequence
+    assert chunked.logits == n * vocab * 4 + 2 * 128 * vocab * (4 + 4 + 2)  # held logits; one chunk's gradients
+    assert chunked.activations == whole.activations, "the log-probabilities are kept either way"
+    with pytest.raises(ValueError, match=r"loss_chunk=128: .*not with fused_loss=True"):
+        estimate_training_memory("Llama-3.1-8B", loss_chunk=128, fused_loss=True, **args)
+
+
 # --- borderline: within the estimator's known error of the card ---------------------------------
 
 
