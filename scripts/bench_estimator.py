@@ -87,6 +87,7 @@ BERT = dict(seq_len=512, attn_impl="eager", optimizer="adamw_hf", set_to_none=Fa
 # checkpointing on one GPU; the first iteration forces the longest example (1304 tokens) into
 # the micro-batch; bitsandbytes 0.41 kept each 4-bit layer's input for backward
 LITGPT_LLAMA = replace(shape_of("Llama-2-7B"), qkv_fused=True)
+LITGPT_LLAMA13 = replace(shape_of("Llama-2-13B"), qkv_fused=True)
 # litgpt's --quantize bnb.*: Lightning's BitsandbytesPrecision builds every nn.Linear as a 4-bit one,
 # the LM head included, and quantizes each weight from `weight.to(torch.half)` whatever the compute
 # dtype (lightning/fabric/plugins/precision/bitsandbytes.py, _Linear4bit.quantize), so bitsandbytes
@@ -252,6 +253,36 @@ CASES = [
         "int4",
     ),
     Case(
+        "Llama-2-13B LoRA mb1",
+        "litgpt-A100",
+        38.12,
+        "GB",
+        "allocated",
+        LITGPT_LLAMA13,
+        dict(LITGPT, batch_size=1, method="lora"),
+        "float16",
+    ),
+    Case(
+        "Llama-2-13B QLoRA bnb.nf4 mb1",
+        "litgpt-A100",
+        23.14,
+        "GB",
+        "allocated",
+        LITGPT_LLAMA13,
+        dict(LITGPT, **LIGHTNING_BNB, batch_size=1, method="qlora", double_quant=False),
+        "int4",
+    ),
+    Case(
+        "Llama-2-13B QLoRA bnb.nf4-dq mb1",
+        "litgpt-A100",
+        22.55,
+        "GB",
+        "allocated",
+        LITGPT_LLAMA13,
+        dict(LITGPT, **LIGHTNING_BNB, batch_size=1, method="qlora", double_quant=True),
+        "int4",
+    ),
+    Case(
         "Llama-2-7B QLoRA b2",
         "torchtune",
         9.29,
@@ -394,6 +425,16 @@ OOM_CASES = [
         "allocated",
         LITGPT_LLAMA,
         dict(LITGPT, batch_size=4, method="lora"),
+        "float16",
+    ),
+    Case(
+        "Llama-2-13B LoRA mb2 (OOM on 40 GB)",
+        "litgpt-A100",
+        40.0,
+        "GB",
+        "allocated",
+        LITGPT_LLAMA13,
+        dict(LITGPT, batch_size=2, method="lora"),
         "float16",
     ),
 ]
