@@ -427,6 +427,18 @@ OOM_CASES = [
         dict(LITGPT, batch_size=4, method="lora"),
         "float16",
     ),
+    # tutorials/finetune_lora.md (litgpt@00af8b0d) lists the same runs (21.30, 14.14, 13.84 GB) and
+    # one more: the default bf16-mixed precision, fp32 weights under autocast, out of memory
+    Case(
+        "Llama-2-7B LoRA bf16-mixed mb1 (OOM on 40 GB)",
+        "litgpt-A100",
+        40.0,
+        "GB",
+        "allocated",
+        LITGPT_LLAMA,
+        dict(LITGPT, batch_size=1, method="lora", precision="bf16", weights="fp32"),
+        "float32",
+    ),
     Case(
         "Llama-2-13B LoRA mb2 (OOM on 40 GB)",
         "litgpt-A100",
