@@ -449,6 +449,8 @@ def weight_casts(job: Job, adapted_pooler: bool, adapted_head: bool) -> dict[str
         parts["weight casts"] = job.compute * cast
     head = counts["head"] if shape.head == "classifier" else shape.vocab * shape.hidden  # tied or not
     head *= not job.quantize_head  # bitsandbytes dequantizes a 4-bit head itself: autocast casts nothing
+    if job.loss_chunk and shape.head == "lm" and job.method != "full":  # a head run chunk by chunk: autocast
+        head *= -(-job.seq_len // job.loss_chunk)  # caches the casts of trained weights only; a frozen one, per call
     if adapted_pooler and job.checkpointing:  # the pooler's adapter lies outside the checkpointed layers
         head += 2 * job.lora_r * shape.hidden
     if adapted_head and job.checkpointing:  # so does the LM head's

@@ -88,6 +88,24 @@ BERT = dict(seq_len=512, attn_impl="eager", optimizer="adamw_hf", set_to_none=Fa
 # the micro-batch; bitsandbytes 0.41 kept each 4-bit layer's input for backward
 LITGPT_LLAMA = replace(shape_of("Llama-2-7B"), qkv_fused=True)
 LITGPT_LLAMA13 = replace(shape_of("Llama-2-13B"), qkv_fused=True)
+# StableLM-Alpha 3B, not in the catalog (a 2023 model): GPT-NeoX's architecture, its config.json on
+# the Hub (huggingface.co/stabilityai/stablelm-base-alpha-3b), which litgpt's Config defaults match
+STABLELM = shape_of(
+    {
+        "model_type": "gpt_neox",
+        "hidden_size": 4096,
+        "intermediate_size": 16384,
+        "num_attention_heads": 32,
+        "num_hidden_layers": 16,
+        "rotary_pct": 0.25,
+        "vocab_size": 50688,
+        "use_parallel_residual": True,
+        "tie_word_embeddings": False,
+        "max_position_embeddings": 4096,
+        "hidden_act": "gelu",
+    }
+)
+LITGPT_STABLELM = replace(STABLELM, qkv_fused=True)
 # litgpt's --quantize bnb.*: Lightning's BitsandbytesPrecision builds every nn.Linear as a 4-bit one,
 # the LM head included, and quantizes each weight from `weight.to(torch.half)` whatever the compute
 # dtype (lightning/fabric/plugins/precision/bitsandbytes.py, _Linear4bit.quantize), so bitsandbytes
@@ -252,6 +270,35 @@ CASES = [
         dict(LITGPT, **LIGHTNING_BNB, batch_size=1, method="qlora", double_quant=True),
         "int4",
     ),
+    *[
+        Case(f"StableLM-3B {name}", "litgpt-A100", measured, "GB", "allocated", LITGPT_STABLELM, settings, dtype)
+        for name, measured, settings, dtype in (
+            # its longest Alpaca example is 1034 tokens with StableLM's tokenizer (the page says so)
+            ("LoRA mb1", 9.69, dict(LITGPT, seq_len=1034, batch_size=1, method="lora"), "float16"),
+            ("LoRA mb2", 12.10, dict(LITGPT, seq_len=1034, batch_size=2, method="lora"), "float16"),
+            ("LoRA mb4", 16.92, dict(LITGPT, seq_len=1034, batch_size=4, method="lora"), "float16"),
+            (
+                "QLoRA bnb.nf4 mb1",
+                6.35,
+                dict(LITGPT, **LIGHTNING_BNB, seq_len=1034, batch_size=1, method="qlora", double_quant=False),
+                "int4",
+            ),
+            (
+                "QLoRA bnb.nf4-dq mb1",
+                6.19,
+                dict(LITGPT, **LIGHTNING_BNB, seq_len=1034, batch_size=1, method="qlora", double_quant=True),
+                "int4",
+            ),
+            # tutorials/finetune_lora.md (litgpt@00af8b0d) lists the three rows above once more and
+            # the default bf16-mixed precision: fp32 weights under autocast
+            (
+                "LoRA bf16-mixed mb1",
+                26.92,
+                dict(LITGPT, seq_len=1034, batch_size=1, method="lora", precision="bf16", weights="fp32"),
+                "float32",
+            ),
+        )
+    ],
     Case(
         "Llama-2-13B LoRA mb1",
         "litgpt-A100",
@@ -352,6 +399,14 @@ CASES += [
     ),
     _hub("Llama-3.2-1B QLoRA r32 q,v mb2", "Llama-3.2-1B", 5.53, dict(HUB_QLORA, **HUB_QV, batch_size=2), "int4"),
     _hub(
+        "StableLM-3B LoRA r32 q,v mb1",
+        replace(LITGPT_STABLELM, tied=False),
+        8.58,
+        dict(HUB, **HUB_QV, batch_size=1, method="lora"),
+        "float16",
+    ),
+    _hub("StableLM-3B QLoRA r32 q,v mb1", LITGPT_STABLELM, 5.24, dict(HUB_QLORA, **HUB_QV, batch_size=1), "int4"),
+    _hub(
         "Llama-3.2-3B LoRA r32 q,v mb1",
         "Llama-3.2-3B",
         9.67,
@@ -407,6 +462,14 @@ CASES += [
         global_batch=6,
     ),
     _hub(
+        "Gemma-2-9B QLoRA r16 all+head mb1",
+        _litgpt("Gemma-2-9B", attn_impl="eager"),
+        20.92,
+        dict(HUB_QLORA, lora_targets=HUB_ALL, lora_r=16, lora_dropout=0.1, batch_size=1),
+        "int4",
+        global_batch=6,
+    ),
+    _hub(
         "Gemma-2-2B QLoRA r16 all+head mb2",
         LITGPT_GEMMA2,
         13.52,
@@ -438,6 +501,16 @@ OOM_CASES = [
         LITGPT_LLAMA,
         dict(LITGPT, batch_size=1, method="lora", precision="bf16", weights="fp32"),
         "float32",
+    ),
+    # litgpt's config hub: Gemma 2 9B LoRA (r 16 on every linear and the head) ran out of memory on the
+    # 24 GB A10G, where its QLoRA row above fits
+    _hub(
+        "Gemma-2-9B LoRA r16 all+head mb1 (OOM on 24 GB)",
+        _litgpt("Gemma-2-9B", attn_impl="eager"),
+        24.0,
+        dict(HUB, lora_targets=HUB_ALL, lora_r=16, lora_dropout=0.1, batch_size=1, method="lora"),
+        "float16",
+        global_batch=6,
     ),
     Case(
         "Llama-2-13B LoRA mb2 (OOM on 40 GB)",

@@ -223,6 +223,10 @@ def test_a_chunked_loss_keeps_the_fp32_logits_and_one_chunk_of_gradients():
     assert whole.logits == n * vocab * 2 * 4  # the loss's two fp32 gradients over the whole sequence
     assert chunked.logits == n * vocab * 4 + 2 * 128 * vocab * (4 + 4 + 2)  # held logits; one chunk's gradients
     assert chunked.activations == whole.activations, "the log-probabilities are kept either way"
+    # under autocast a frozen head is cast to 16 bits at each of the 4 chunks' calls, and each copy kept
+    mixed = dict(args, precision="bf16", weights="fp32")
+    casts = [estimate_training_memory("Llama-3.1-8B", loss_chunk=chunk, **mixed) for chunk in (0, 128)]
+    assert [e.activation_parts["weight casts (head)"] for e in casts] == [2 * vocab * 4096, 4 * 2 * vocab * 4096]
     with pytest.raises(ValueError, match=r"loss_chunk=128: .*not with fused_loss=True"):
         estimate_training_memory("Llama-3.1-8B", loss_chunk=128, fused_loss=True, **args)
 
