@@ -139,6 +139,12 @@ TORCHTUNE = dict(
     optimizer="adamw_foreach",
 )
 
+
+def _a100(name: str, model, measured: float, settings: dict, dtype: str) -> Case:
+    """One row of litgpt's 2023 tables: max_memory_allocated in GB on the 40 GB A100."""
+    return Case(name, "litgpt-A100", measured, "GB", "allocated", model, settings, dtype)
+
+
 CASES = [
     Case(
         "bert-large b4 fp32",
@@ -230,48 +236,24 @@ CASES = [
         dict(BERT, batch_size=1, grad_accum_steps=4, checkpointing=True, precision="fp16", optimizer="adamw_8bit"),
         "float16",
     ),
-    Case(
-        "Llama-2-7B LoRA mb1",
-        "litgpt-A100",
-        21.30,
-        "GB",
-        "allocated",
-        LITGPT_LLAMA,
-        dict(LITGPT, batch_size=1, method="lora"),
-        "float16",
-    ),
-    Case(
-        "Llama-2-7B LoRA mb2",
-        "litgpt-A100",
-        29.07,
-        "GB",
-        "allocated",
-        LITGPT_LLAMA,
-        dict(LITGPT, batch_size=2, method="lora"),
-        "float16",
-    ),
-    Case(
+    _a100("Llama-2-7B LoRA mb1", LITGPT_LLAMA, 21.30, dict(LITGPT, batch_size=1, method="lora"), "float16"),
+    _a100("Llama-2-7B LoRA mb2", LITGPT_LLAMA, 29.07, dict(LITGPT, batch_size=2, method="lora"), "float16"),
+    _a100(
         "Llama-2-7B QLoRA bnb.nf4 mb1",
-        "litgpt-A100",
-        14.14,
-        "GB",
-        "allocated",
         LITGPT_LLAMA,
+        14.14,
         dict(LITGPT, **LIGHTNING_BNB, batch_size=1, method="qlora", double_quant=False),
         "int4",
     ),
-    Case(
+    _a100(
         "Llama-2-7B QLoRA bnb.nf4-dq mb1",
-        "litgpt-A100",
-        13.84,
-        "GB",
-        "allocated",
         LITGPT_LLAMA,
+        13.84,
         dict(LITGPT, **LIGHTNING_BNB, batch_size=1, method="qlora", double_quant=True),
         "int4",
     ),
     *[
-        Case(f"StableLM-3B {name}", "litgpt-A100", measured, "GB", "allocated", LITGPT_STABLELM, settings, dtype)
+        _a100(f"StableLM-3B {name}", LITGPT_STABLELM, measured, settings, dtype)
         for name, measured, settings, dtype in (
             # its longest Alpaca example is 1034 tokens with StableLM's tokenizer (the page says so)
             ("LoRA mb1", 9.69, dict(LITGPT, seq_len=1034, batch_size=1, method="lora"), "float16"),
@@ -299,33 +281,18 @@ CASES = [
             ),
         )
     ],
-    Case(
-        "Llama-2-13B LoRA mb1",
-        "litgpt-A100",
-        38.12,
-        "GB",
-        "allocated",
-        LITGPT_LLAMA13,
-        dict(LITGPT, batch_size=1, method="lora"),
-        "float16",
-    ),
-    Case(
+    _a100("Llama-2-13B LoRA mb1", LITGPT_LLAMA13, 38.12, dict(LITGPT, batch_size=1, method="lora"), "float16"),
+    _a100(
         "Llama-2-13B QLoRA bnb.nf4 mb1",
-        "litgpt-A100",
-        23.14,
-        "GB",
-        "allocated",
         LITGPT_LLAMA13,
+        23.14,
         dict(LITGPT, **LIGHTNING_BNB, batch_size=1, method="qlora", double_quant=False),
         "int4",
     ),
-    Case(
+    _a100(
         "Llama-2-13B QLoRA bnb.nf4-dq mb1",
-        "litgpt-A100",
-        22.55,
-        "GB",
-        "allocated",
         LITGPT_LLAMA13,
+        22.55,
         dict(LITGPT, **LIGHTNING_BNB, batch_size=1, method="qlora", double_quant=True),
         "int4",
     ),
@@ -480,25 +447,15 @@ CASES += [
 ]
 # published out-of-memory runs: the estimate must exceed the card
 OOM_CASES = [
-    Case(
-        "Llama-2-7B LoRA mb4 (OOM on 40 GB)",
-        "litgpt-A100",
-        40.0,
-        "GB",
-        "allocated",
-        LITGPT_LLAMA,
-        dict(LITGPT, batch_size=4, method="lora"),
-        "float16",
+    _a100(
+        "Llama-2-7B LoRA mb4 (OOM on 40 GB)", LITGPT_LLAMA, 40.0, dict(LITGPT, batch_size=4, method="lora"), "float16"
     ),
     # tutorials/finetune_lora.md (litgpt@00af8b0d) lists the same runs (21.30, 14.14, 13.84 GB) and
     # one more: the default bf16-mixed precision, fp32 weights under autocast, out of memory
-    Case(
+    _a100(
         "Llama-2-7B LoRA bf16-mixed mb1 (OOM on 40 GB)",
-        "litgpt-A100",
-        40.0,
-        "GB",
-        "allocated",
         LITGPT_LLAMA,
+        40.0,
         dict(LITGPT, batch_size=1, method="lora", precision="bf16", weights="fp32"),
         "float32",
     ),
@@ -512,13 +469,10 @@ OOM_CASES = [
         "float16",
         global_batch=6,
     ),
-    Case(
+    _a100(
         "Llama-2-13B LoRA mb2 (OOM on 40 GB)",
-        "litgpt-A100",
-        40.0,
-        "GB",
-        "allocated",
         LITGPT_LLAMA13,
+        40.0,
         dict(LITGPT, batch_size=2, method="lora"),
         "float16",
     ),
