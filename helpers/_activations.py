@@ -35,7 +35,9 @@ __all__ = [
     "Adapters",
     "Forward",
     "backward_transient",
+    "held_previous_output",
     "layer_activations",
+    "quant_kept_inputs",
     "outside_layers",
     "weight_casts",
 ]
@@ -359,6 +361,33 @@ def backward_transient(f: Forward, dequant_bytes: int = 0) -> int:
     if dequant_bytes:
         transient += (dequant_bytes + FP32_BYTES / 64) * max(a * b for a, b in s.linear_shapes().values())
     return transient
+
+
+def quant_kept_inputs(job: Job, f: Forward) -> int:
+    """The inputs bitsandbytes up to 0.43.1 kept on each 4-bit linear's autograd ctx (`quant_keeps_input`).
+
+    A ctx attribute is not a saved tensor: backward does not release it (it goes with the graph),
+    and non-reentrant checkpointing does not drop it. In the compute dtype: each layer's q/k/v input
+    (not the first layer's when it needs no gradient), o's, the MLP's and down's, and the head's when
+    it is quantized too.
+    """
+    if not (job.quant_keeps_input and job.quantized):
+        return 0
+    s = job.shape
+    inputs = s.layers * (2 * s.hidden + s.heads * s.head_dim + s.intermediate)
+    inputs += (s.hidden if job.quantize_head else 0) - (0 if job.first_grad else s.hidden)
+    return f.compute * f.tokens * inputs
+
+
+def held_previous_output(job: Job, f: Forward) -> int:
+    """What a loop that keeps the previous micro-batch's output holds through the next forward.
+
+    litgpt's loop (`logits = model(...)`) replaces its logits only when the next forward returns, so
+    the previous logits, fp32 as the loss read them, live on, and so does their autograd graph:
+    backward released what it saved, not the inputs kept on a 4-bit linear's ctx (`quant_kept_inputs`).
+    """
+    logits = FP32_BYTES * f.tokens * job.shape.vocab if job.shape.head == "lm" and not job.fused_loss else 0
+    return logits + quant_kept_inputs(job, f)
 
 
 def outside_layers(

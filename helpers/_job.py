@@ -32,6 +32,7 @@ __all__ = [
     "optimizer_states",
     "load_peak",
     "logits_moment",
+    "forward_logits",
 ]
 
 FP32_BYTES = 4
@@ -73,6 +74,8 @@ OPTIMIZER_BYTES = {
 OPTIMIZER_NAMES = {"adamw_torch": "adamw_foreach", "adamw_torch_fused": "adamw", "adamw_bnb_8bit": "adamw_8bit"}
 OPTIMIZER_BYTES.update({name: OPTIMIZER_BYTES[kind] for name, kind in OPTIMIZER_NAMES.items()})
 ADAMW_FAMILY = ("adamw", "adamw_foreach", "adamw_hf", "adamw_torch", "adamw_torch_fused")
+# settings that describe another harness than the kit's (litgpt's): reported only when set
+HARNESS_OPTIONS = ("quantize_head", "quant_dtype", "loss_chunk", "holds_last_output")
 
 
 def batch_argument(per_device_batch, batch_size, caller: str) -> tuple[str, int]:
@@ -115,6 +118,7 @@ class Job:
     quantize_head: bool = False  # the LM head quantized too (Lightning's bitsandbytes plugin, litgpt)
     quant_dtype: str | None = None  # the dtype the weights were quantized from; None: the compute dtype
     loss_chunk: int = 0  # positions per chunk of a cross-entropy over logits kept whole in fp32 (litgpt: 128)
+    holds_last_output: bool = False  # the loop keeps the previous micro-batch's output into the next forward
 
     def __post_init__(self):
         _check_choices(self)
@@ -175,6 +179,27 @@ class Job:
         if self.method == "full":
             return self.weight_bytes
         return self.compute if self.true_half else FP32_BYTES
+
+    def settings(self) -> dict:
+        """The settings as the Estimate reports them; the harness options only when they are set."""
+        return dict(
+            batch_size=self.batch,
+            seq_len=self.seq_len,
+            precision=self.precision,
+            weights=self.weights,
+            method=self.method,
+            lora_r=self.lora_r,
+            optimizer=self.optimizer,
+            checkpointing=self.checkpointing,
+            device=self.device,
+            attn_impl=self.shape.attn_impl,
+            grad_accum_steps=self.grad_accum_steps,
+            set_to_none=self.set_to_none,
+            lora_targets=self.lora_targets,
+            lora_dropout=self.lora_dropout,
+            fused_loss=self.fused_loss,
+            **{name: value for name in HARNESS_OPTIONS if (value := getattr(self, name))},
+        )
 
     @cached_property
     def trainable(self) -> int:
@@ -317,12 +342,15 @@ def _adafactor_state(job: Job) -> list[int]:
     return matrices + [counts["other"]]
 
 
+def _head_dequant(job: Job) -> float:
+    """A quantized head's weight, dequantized (with its fp32 scales) each time the head runs, forward and backward."""
+    return (job.dequant_bytes + FP32_BYTES / 64) * job.shape.vocab * job.shape.hidden if job.quantize_head else 0
+
+
 def logits_moment(job: Job) -> int:
     """3b. the logits at the end of the forward and the fp32 upcast that the loss reads (not saved),
     then the loss's gradients at the start of the backward; a quantized head's dequantized weight."""
-    shape, n = job.shape, job.batch * job.seq_len
-    # a quantized head's weight, dequantized beside them in its forward and again in its backward
-    head = (job.dequant_bytes + FP32_BYTES / 64) * shape.vocab * shape.hidden if job.quantize_head else 0
+    shape, n, head = job.shape, job.batch * job.seq_len, _head_dequant(job)
     if job.fused_loss and shape.head == "lm":  # one chunk of logits at a time: negligible beside the rest
         return head
     if shape.head == "classifier":
@@ -334,3 +362,15 @@ def logits_moment(job: Job) -> int:
     # the logits and their fp32 upcast at the end of the forward; at the start of the backward the
     # loss's fp32 gradient and log_softmax's fp32 input gradient, beside the saved log-probs
     return n * shape.vocab * max(job.compute + FP32_BYTES, 2 * FP32_BYTES) + head
+
+
+def forward_logits(job: Job) -> int:
+    """3c. the logits as the forward returns them, before the loss: in the compute dtype beside their
+    fp32 upcast (the loss reads fp32), or the 16-bit logits beside a quantized head's dequantized weight."""
+    shape, head = job.shape, _head_dequant(job)
+    if job.fused_loss and shape.head == "lm":
+        return head
+    rows = job.batch if shape.family == "bert" else job.batch * job.seq_len
+    elements = rows * (shape.num_labels if shape.head == "classifier" else shape.vocab)
+    upcast = elements * FP32_BYTES if job.compute != FP32_BYTES else 0
+    return elements * job.compute + max(upcast, head)

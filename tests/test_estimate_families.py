@@ -317,3 +317,33 @@ def test_a_weight_quantized_from_another_dtype_is_dequantized_twice_as_bitsandby
     other = estimate_training_memory("Llama-3.2-1B", quant_dtype={torch.float16: "fp16"}.get(source, "fp32"), **args)
     largest = 2048 * 8192  # Llama-3.2-1B's gate / up / down projections
     assert other.backward_transient - own.backward_transient == (per_weight - 4) * largest
+
+
+def test_a_loop_holding_its_last_output_keeps_the_previous_logits_and_4bit_inputs():
+    """litgpt's loop: the previous micro-batch's fp32 logits and the inputs bitsandbytes <= 0.43.1 kept
+    on each 4-bit layer's ctx live through the next forward (tests/test_estimate_allocator.py shows the
+    ctx fact on the CPU allocator)."""
+    litgpt = dict(quantize_head=True, quant_dtype="fp16", loss_chunk=128, quant_keeps_input=True)
+    args = dict(per_device_batch=2, seq_len=512, method="qlora", precision="bf16-true", double_quant=False, **litgpt)
+    plain = estimate_training_memory("Llama-2-7B", lora_targets=["q", "v"], **args)
+    held = estimate_training_memory("Llama-2-7B", lora_targets=["q", "v"], holds_last_output=True, **args)
+    n, vocab, hidden, inter, layers = 1024, 32000, 4096, 11008, 32  # tokens; Llama-2-7B's published shape
+    logits = 4 * n * vocab  # fp32, as the loss read them
+    # bf16 inputs of q/k/v, o, the MLP and down in each layer, and of the 4-bit head; not the first
+    # layer's q/k/v input (frozen embeddings: it needs no gradient, so bitsandbytes keeps nothing)
+    inputs = 2 * n * (layers * (hidden + hidden + hidden + inter) - hidden + hidden)
+    assert held.previous_output == logits + inputs and plain.previous_output == plain.forward_end == 0
+    # the moment before the loss: this forward's activations (no log-probs yet), its bf16 logits beside
+    # the 4-bit head's dequantized weight (fp16, then a bf16 copy, and fp32 scales), what is held
+    head = (2 + 2 + 4 / 64) * vocab * hidden
+    before_loss = held.activations - held.activation_parts["loss log-probs"] + 2 * n * vocab + head
+    before_loss += held.previous_output
+    assert held.forward_end == int(before_loss)
+    assert held.allocated == held.weights + held.optimizer + held.forward_end > plain.allocated
+    assert held.settings["holds_last_output"] is True and "holds_last_output" not in plain.settings
+    # bitsandbytes 0.43.2 on keeps nothing on the ctx: only the logits are held
+    current = estimate_training_memory("Llama-2-7B", holds_last_output=True, **dict(args, quant_keeps_input=False))
+    assert current.previous_output == logits
+    # nor does non-reentrant checkpointing drop a ctx attribute: the kept inputs stay in the activations
+    ckpt = estimate_training_memory("Llama-2-7B", lora_targets=["q", "v"], checkpointing=True, **args)
+    assert ckpt.activation_parts["4-bit inputs (kept on ctx)"] == inputs
