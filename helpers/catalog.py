@@ -38,7 +38,8 @@ def find(kind: str, name: str, *, otherwise: str = "") -> tuple[str, dict]:
 
     Args:
         kind: "models" or "gpus".
-        name: what the caller typed, e.g. "t4" or "Mistral-7B".
+        name: what the caller typed, e.g. "t4" or "Mistral-7B"; a model's Hub id
+            ("mistralai/Mistral-7B-v0.1") names its entry too, so it needs no network.
         otherwise: the caller's other ways in, appended to the error, e.g.
             "Or pass its memory in GiB, e.g. 15.0".
 
@@ -47,7 +48,9 @@ def find(kind: str, name: str, *, otherwise: str = "") -> tuple[str, dict]:
         'T4'
     """
     entries = _read(kind) if kind in _KINDS else load_catalog(kind)
-    match = {k.lower(): k for k in entries}.get(str(name).strip().lower())
+    names = {k.lower(): k for k in entries}
+    names.update({e["hub_id"].lower(): k for k, e in entries.items() if isinstance(e, dict) and e.get("hub_id")})
+    match = names.get(str(name).strip().lower())
     if match is None:
         message = f"unknown {_KINDS[kind]} {name!r}: the catalog has {', '.join(entries)}"
         raise ValueError(message + (f". {otherwise}" if otherwise else ""))

@@ -225,9 +225,9 @@ def estimate_training_memory(
 
     Args:
         model: a catalog name ("Mistral-7B", "Qwen3-0.6B"), a path to a config.json or its folder,
-            a Hub id ("Qwen/Qwen3-14B": only its config.json is fetched, when the Hub answers), a
-            transformers config, or a config dict. Families: Llama, Mistral, Qwen2/3, Gemma 1/2/3,
-            Phi-3, GPT-NeoX, GPT-2, BERT.
+            a Hub id ("Qwen/Qwen3-32B": only its config.json is fetched, when the Hub answers; a
+            catalog model's id, "Qwen/Qwen3-14B", needs no network), a transformers config, or a
+            config dict. Families: Llama, Mistral, Qwen2/3, Gemma 1/2/3, Phi-3, GPT-NeoX, GPT-2, BERT.
         per_device_batch, seq_len: the micro-batch on one device (tokens = per_device_batch x
             seq_len). `batch_size` is the older name of per_device_batch: pass one of the two.
         precision: compute precision: "fp32", "bf16" or "fp16" (mixed precision via autocast), or

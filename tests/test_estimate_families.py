@@ -110,8 +110,15 @@ def test_bad_models_name_the_cause_and_the_fix(model, message):
 
 def test_a_hub_id_offline_says_so_and_where_to_get_config_json(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ValueError, match=r"'Qwen/Qwen3-14B' is not in the catalog and the .*Hub does not answer: "):
-        shape_of("Qwen/Qwen3-14B")
+    with pytest.raises(ValueError, match=r"'Qwen/Qwen3-32B' is not in the catalog and the .*Hub does not answer: "):
+        shape_of("Qwen/Qwen3-32B")
+
+
+def test_a_catalog_models_hub_id_needs_no_network(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # Gemma 3 4B's Hub config is the multimodal model's; the catalog holds its language model
+    for hub_id, name in [("Qwen/Qwen3-14B", "Qwen3-14B"), ("google/gemma-3-4b-pt", "Gemma-3-4B")]:
+        assert shape_of(hub_id) == shape_of(name) and shape_of(f" {hub_id.upper()} ") == shape_of(name)
 
 
 def test_the_cli_plans_from_a_config_json_offline(qwen3_config):
