@@ -11,6 +11,7 @@ only for a Hub id, and only for its config.json.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +49,7 @@ MODEL_TYPES = {
 # what a config must name, whatever its defaults (GPT-2 spells its own)
 _REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
 _GPT2_REQUIRED = ("n_embd", "n_layer", "n_head", "vocab_size", "n_positions")
+_HUB_PAGE = re.compile(r"(?:https?://)?(?:www\.)?(?:huggingface\.co|hf\.co)/([^/\s]+/[^/\s?#]+)")
 _WAYS_IN = (
     "Pass a catalog name, a path to a model's config.json (or its folder), a Hub id such as "
     "'Qwen/Qwen3-0.6B' (needs the Hub), a config dict or a transformers config."
@@ -213,6 +215,8 @@ def shape_of(model) -> Shape:
     if isinstance(model, Shape):
         return model
     if isinstance(model, str):
+        page = _HUB_PAGE.match(model.strip())  # a model page's address: huggingface.co/Qwen/Qwen3-14B/tree/main
+        model = page.group(1) if page else model.strip()
         try:
             return Shape(**find("models", model)[1]["shape"])
         except ValueError as unknown:

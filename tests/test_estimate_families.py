@@ -119,6 +119,11 @@ def test_a_catalog_models_hub_id_needs_no_network(monkeypatch):
     # Gemma 3 4B's Hub config is the multimodal model's; the catalog holds its language model
     for hub_id, name in [("Qwen/Qwen3-14B", "Qwen3-14B"), ("google/gemma-3-4b-pt", "Gemma-3-4B")]:
         assert shape_of(hub_id) == shape_of(name) and shape_of(f" {hub_id.upper()} ") == shape_of(name)
+    # the model page's address, as a student copies it from the browser
+    for page in ("https://huggingface.co/Qwen/Qwen3-14B", "huggingface.co/Qwen/Qwen3-14B/tree/main?x=1"):
+        assert shape_of(page) == shape_of("Qwen3-14B")
+    with pytest.raises(ValueError, match=r"'Qwen/Qwen3-32B' is not in the catalog and the .*Hub does not answer"):
+        shape_of("https://hf.co/Qwen/Qwen3-32B/blob/main/config.json")
 
 
 def test_the_cli_plans_from_a_config_json_offline(qwen3_config):
