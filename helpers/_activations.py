@@ -37,8 +37,8 @@ __all__ = [
     "backward_transient",
     "held_previous_output",
     "layer_activations",
-    "quant_kept_inputs",
     "outside_layers",
+    "quant_kept_inputs",
     "weight_casts",
 ]
 
