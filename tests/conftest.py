@@ -1,11 +1,11 @@
 """Headless runs of every notebook, each executed once and shared by every test that reads it.
 
-Executing the notebooks is the slow part of the suite. `python -m helpers run --smoke` runs them
-all on this CPU (`notebook_run`), then under a simulated T4 and a simulated Kaggle T4 x2
-(`simulated_runs`, `helpers.simulate`). The runs start one after another in a background thread as
-soon as collection finds a test that needs them, so they use one core while the unit tests use the
-other; each fixture waits for its own run. Tests that read a run are marked `notebooks`
-(`make test-fast` deselects them).
+Executing the notebooks is the slow part of the suite. `python -m helpers run --smoke` runs them all
+on this CPU (`notebook_run`), then under a simulated T4 and a simulated Kaggle T4 x2
+(`simulated_runs`, `helpers.simulate`; the T4 x2 run takes the notebooks listed in `ONLY`). The runs
+start one after another in a background thread as soon as collection finds a test that needs them,
+so they use one core while the unit tests use the other; each fixture waits for its own run. Tests
+that read a run are marked `notebooks` (`make test-fast` deselects them).
 
 Every run is given a planted wandb key and Hub token (fakes, named as such) and a wandb server that
 refuses connections, so notebook 06 takes the "key found, server unreachable" path and a test can
@@ -33,6 +33,9 @@ FAKE_WANDB_KEY = "local-fake-" + "9d2e4b7c1a" * 4  # the shape of a wandb key; n
 FAKE_HF_TOKEN = "hf_plantedFakeTokenForTheNotebookLeakTest01"
 TIMEOUT_S = 1200  # one run on a loaded 2-core machine takes about 1.5-4 minutes
 SIMULATED = ("T4", "T4x2")
+# a second card changes nothing for the single-GPU notebooks (each sees one card: 00 records it),
+# so the T4 x2 run takes the notebooks whose figures the tests read under it, and 07's two processes
+ONLY = {"T4x2": ("00", "02", "06", "07", "08")}
 # fixture -> the runs it reads ("cpu": the real machine; a card name: that card simulated)
 FIXTURES = {"notebook_run": ("cpu",), "simulated_runs": SIMULATED}
 
@@ -46,6 +49,7 @@ class NotebookRun:
     stderr: str
     out: Path
     results: dict = field(default_factory=dict)
+    only: tuple[str, ...] = ()  # the notebooks it was asked to run, by number; () for all
     planted_secrets: tuple[str, ...] = (FAKE_WANDB_KEY, FAKE_HF_TOKEN)
 
     @property
@@ -54,6 +58,10 @@ class NotebookRun:
 
     def summary(self) -> dict[str, dict]:
         return {s["notebook"]: s for s in json.loads((self.out / "summary.json").read_text())}
+
+    def ran(self, stems) -> list[str]:
+        """The stems among `stems` this run was asked to run."""
+        return [stem for stem in stems if not self.only or stem[:2] in self.only]
 
 
 _runs: dict[str, NotebookRun] = {}
@@ -89,8 +97,9 @@ def _execute(name: str) -> NotebookRun:
     command = [sys.executable, "-m", "helpers", "run", "--smoke", "--out", str(out)]
     if name != "cpu":
         command += ["--simulate", name]
-    for only in os.environ.get("KIT_ONLY", "").split():
-        command += ["--only", only]
+    only = tuple(os.environ.get("KIT_ONLY", "").split()) or ONLY.get(name, ())
+    for number in only:
+        command += ["--only", number]
     with (out / "stdout.txt").open("w+") as stdout, (out / "stderr.txt").open("w+") as stderr:
         process = subprocess.Popen(command, stdout=stdout, stderr=stderr, env=_environment(out))
         _processes.append(process)
@@ -100,7 +109,7 @@ def _execute(name: str) -> NotebookRun:
             process.kill()
             process.wait()
         stdout.seek(0), stderr.seek(0)
-        run = NotebookRun(process.returncode, stdout.read(), stderr.read(), out)
+        run = NotebookRun(process.returncode, stdout.read(), stderr.read(), out, only=only)
     run.results = {p.stem: json.loads(p.read_text()) for p in sorted((out / "results").glob("*.json"))}
     return run
 
