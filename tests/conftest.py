@@ -5,7 +5,8 @@ on this CPU (`notebook_run`), then under a simulated T4 and a simulated Kaggle T
 (`simulated_runs`, `helpers.simulate`; the T4 x2 run takes the notebooks listed in `ONLY`). The runs
 start one after another in a background thread as soon as collection finds a test that needs them,
 so they use one core while the unit tests use the other; each fixture waits for its own run. Tests
-that read a run are marked `notebooks` (`make test-fast` deselects them).
+that read a run are marked `notebooks` (`make test-fast` deselects them). The same core then rebuilds
+the embedded model (`rebuilt_tiny_model`) for tests/test_models.py to compare bit for bit.
 
 Every run is given a planted wandb key and Hub token (fakes, named as such) and a wandb server that
 refuses connections, so notebook 06 takes the "key found, server unreachable" path and a test can
@@ -36,13 +37,17 @@ SIMULATED = ("T4", "T4x2")
 # a second card changes nothing for the single-GPU notebooks (each sees one card: 00 records it),
 # so the T4 x2 run takes the notebooks whose figures the tests read under it, and 07's two processes
 ONLY = {"T4x2": ("00", "02", "06", "07", "08")}
-# fixture -> the runs it reads ("cpu": the real machine; a card name: that card simulated)
-FIXTURES = {"notebook_run": ("cpu",), "simulated_runs": SIMULATED}
+# fixture -> the runs it reads ("cpu": the real machine; a card name: that card simulated); last, on
+# the same core, the embedded model rebuilt by scripts/build_tiny_model.py (a minute of one core)
+FIXTURES = {"notebook_run": ("cpu",), "simulated_runs": SIMULATED, "rebuilt_tiny_model": ("tiny-model",)}
+NOTEBOOK_FIXTURES = ("notebook_run", "simulated_runs")
+REPO = Path(__file__).resolve().parents[1]
 
 
 @dataclass
 class NotebookRun:
-    """What one `python -m helpers run --smoke` did: exit code, printed text, output folder, figures by stem."""
+    """What one background run did (`python -m helpers run --smoke`, or the model's rebuild): exit
+    code, printed text, output folder, figures by stem."""
 
     returncode: int
     stdout: str
@@ -100,6 +105,8 @@ def _execute(name: str) -> NotebookRun:
     only = tuple(os.environ.get("KIT_ONLY", "").split()) or ONLY.get(name, ())
     for number in only:
         command += ["--only", number]
+    if name == "tiny-model":
+        command, only = [sys.executable, str(REPO / "scripts" / "build_tiny_model.py"), "--out", str(out)], ()
     with (out / "stdout.txt").open("w+") as stdout, (out / "stderr.txt").open("w+") as stderr:
         process = subprocess.Popen(command, stdout=stdout, stderr=stderr, env=_environment(out))
         _processes.append(process)
@@ -139,10 +146,12 @@ def pytest_collection_finish(session):
 
 
 def pytest_collection_modifyitems(items):
-    """Mark the tests that read a run, and move them to the end: by then their runs are done."""
+    """Mark the tests that read a notebook run, and move every test that waits for a run to the end:
+    by then their runs are done."""
     reading = [item for item in items if set(getattr(item, "fixturenames", ())) & set(FIXTURES)]
     for item in reading:
-        item.add_marker(pytest.mark.notebooks)
+        if set(item.fixturenames) & set(NOTEBOOK_FIXTURES):
+            item.add_marker(pytest.mark.notebooks)
     items[:] = [item for item in items if item not in reading] + reading
 
 
@@ -164,6 +173,12 @@ def _wait(name: str) -> NotebookRun:
 def notebook_run() -> NotebookRun:
     """The smoke run of every notebook on this CPU."""
     return _wait("cpu")
+
+
+@pytest.fixture(scope="session")
+def rebuilt_tiny_model() -> NotebookRun:
+    """scripts/build_tiny_model.py's rebuild of the embedded model, in `out`."""
+    return _wait("tiny-model")
 
 
 @pytest.fixture(scope="session")

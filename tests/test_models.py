@@ -43,19 +43,15 @@ def test_tokenizer_is_trained_on_the_kit_text_and_round_trips():
     assert (tokenizer.pad_token, tokenizer.eos_token) == ("<|pad|>", "<|eos|>")
 
 
-def test_build_script_reproduces_the_shipped_model_bit_for_bit(tmp_path):
-    done = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "build_tiny_model.py"), "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+def test_build_script_reproduces_the_shipped_model_bit_for_bit(rebuilt_tiny_model):
+    # scripts/build_tiny_model.py --out DIR, started beside the unit tests (tests/conftest.py)
+    done, out = rebuilt_tiny_model, rebuilt_tiny_model.out
     assert done.returncode == 0, done.stderr
-    shipped, rebuilt = load_file(EMBEDDED_DIR / "model.safetensors"), load_file(tmp_path / "model.safetensors")
+    shipped, rebuilt = load_file(EMBEDDED_DIR / "model.safetensors"), load_file(out / "model.safetensors")
     assert shipped.keys() == rebuilt.keys()
     assert all(torch.equal(shipped[k], rebuilt[k]) for k in shipped)
     for name in ("tokenizer.json", "config.json"):
-        assert json.loads((tmp_path / name).read_text()) == json.loads((EMBEDDED_DIR / name).read_text()), name
+        assert json.loads((out / name).read_text()) == json.loads((EMBEDDED_DIR / name).read_text()), name
 
 
 def test_smoke_loads_the_embedded_model_with_a_banner(capsys):
