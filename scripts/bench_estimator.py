@@ -354,6 +354,7 @@ def _hub(name: str, model, measured: float, settings: dict, dtype: str, global_b
 
 # Gemma 2 in litgpt soft-caps the attention scores, so it computes attention by hand (eager)
 LITGPT_GEMMA2 = _litgpt("Gemma-2-2B", attn_impl="eager")
+LITGPT_GEMMA2_9B = _litgpt("Gemma-2-9B", attn_impl="eager")
 CASES += [
     _hub(
         "Llama-2-7B LoRA r32 q,v mb2", "Llama-2-7B", 19.77, dict(HUB, **HUB_QV, batch_size=2, method="lora"), "float16"
@@ -444,7 +445,7 @@ CASES += [
     ),
     _hub(
         "Gemma-2-9B QLoRA r16 all+head mb1",
-        _litgpt("Gemma-2-9B", attn_impl="eager"),
+        LITGPT_GEMMA2_9B,
         20.92,
         dict(HUB_QLORA, lora_targets=HUB_ALL, lora_r=16, lora_dropout=0.1, batch_size=1),
         "int4",
@@ -477,7 +478,7 @@ OOM_CASES = [
     # 24 GB A10G, where its QLoRA row above fits
     _hub(
         "Gemma-2-9B LoRA r16 all+head mb1 (OOM on 24 GB)",
-        _litgpt("Gemma-2-9B", attn_impl="eager"),
+        LITGPT_GEMMA2_9B,
         24.0,
         dict(HUB, lora_targets=HUB_ALL, lora_r=16, lora_dropout=0.1, batch_size=1, method="lora"),
         "float16",
