@@ -4,6 +4,8 @@
 #   make test-fast  the same without executing any notebook: the inner loop while editing helpers/
 #   make e2e        a real browser: JupyterLab + Debian's headless Chromium run notebooks 00 and 03
 #   make lint       ruff check and ruff format --check; `make format` rewrites the files
+#   make test-runtimes  the unit tests and every notebook on Colab's Python 3.13 and Kaggle's 3.12, each
+#                   with that runtime's torch and libraries (noxfile.py; venvs cached outside the clone)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -15,7 +17,7 @@ E2E_STAMP := $(VENV)/.e2e-installed
 # leaves out the tests that read the shared notebook run, and nbval (it collects notebooks/, not tests/)
 FAST_ARGS := -m "not notebooks" tests
 
-.PHONY: setup run test test-fast e2e lint format notebooks clean
+.PHONY: setup run test test-fast test-runtimes e2e lint format notebooks clean
 
 setup: $(STAMP)
 
@@ -52,6 +54,14 @@ e2e: $(E2E_STAMP)
 
 test-fast: lint
 	$(PY) -m pytest $(FAST_ARGS) $(PYTEST_ARGS)
+
+# The Pythons come from PATH or pyenv's builds (nox finds both); say how to get a missing one first.
+test-runtimes: setup
+	@for v in 3.12 3.13; do \
+	  { command -v python$$v >/dev/null && python$$v -c pass 2>/dev/null; } || ls $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$v.*/bin/python$$v >/dev/null 2>&1 || \
+	  { echo "Python $$v is missing: install it (pyenv install $$v, or your system's python$$v package), then run make test-runtimes again"; exit 1; }; \
+	done
+	$(PY) -m nox $(NOX_ARGS)
 
 notebooks: setup
 	$(PY) -m helpers notebooks

@@ -254,6 +254,9 @@ def _warn(finding: Finding) -> None:
     frame = sys._getframe(1)
     while frame.f_back is not None and _in_helpers(frame):  # leave the kit (audit, training_args)
         frame = frame.f_back
+    # no module_globals: it only helps linecache find the source of a zipped module, and Python
+    # 3.12+ raises ValueError on globals whose __spec__ and __loader__ are None, which is what
+    # every IPython cell has (Colab runs 3.13, Kaggle 3.12); IPython puts cell sources in linecache
     warnings.warn_explicit(
         str(finding),
         AuditWarning,
@@ -261,7 +264,6 @@ def _warn(finding: Finding) -> None:
         frame.f_lineno,
         module=frame.f_globals.get("__name__", "__main__"),
         registry={},
-        module_globals=frame.f_globals,
     )
 
 

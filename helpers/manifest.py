@@ -327,6 +327,8 @@ def package_versions() -> dict:
             versions[name] = version(name)
         except PackageNotFoundError:
             versions[name] = None
+    if "torch" in sys.modules:  # torch's own label names its build: PyPI's CUDA wheel says 2.11.0, torch 2.11.0+cu130
+        versions["torch"] = str(sys.modules["torch"].__version__)
     return versions
 
 

@@ -5,6 +5,7 @@
     python scripts/measure_install.py --install-torch torch==2.13.0   # a real torch install (slower)
     python scripts/measure_install.py --runtime-torch 2.6.0+cu124     # a runtime whose torch is older
     python scripts/measure_install.py --runtime-has psutil==5.9.5     # a runtime that ships psutil 5.9.5
+    python scripts/measure_install.py --run-in VENV/bin/python        # install for real there, as on Colab
 
 Colab and Kaggle ship torch, so what matters is what the cell adds on top of it. How:
 
@@ -97,20 +98,24 @@ def requirement_closure(name: str) -> list[metadata.Distribution]:
     from packaging.requirements import Requirement
 
     found: dict[str, metadata.Distribution] = {}
-    todo = [name]
+    done: set[tuple[str, str]] = set()
+    todo = [(name, "")]
     while todo:
-        key = canonical(todo.pop())
-        if key in found:
+        key, extra = todo.pop()
+        key = canonical(key)
+        if (key, extra) in done:
             continue
+        done.add((key, extra))
         try:
-            dist = metadata.distribution(key)
+            dist = found.get(key) or metadata.distribution(key)
         except metadata.PackageNotFoundError:
             continue  # an optional need this environment lacks; the runtime may lack it too
         found[key] = dist
         for text in dist.requires or []:
             req = Requirement(text)
-            if req.marker is None or req.marker.evaluate({"extra": ""}):
-                todo.append(req.name)
+            # an extra asked for ("cuda-toolkit[cublas]", as PyPI's CUDA torch needs) brings its own needs
+            if req.marker is None or req.marker.evaluate({"extra": extra}):
+                todo += [(req.name, ""), *((req.name, e) for e in req.extras)]
     return list(found.values())
 
 
@@ -178,35 +183,55 @@ def install_torch(python: Path, spec: str) -> str:
     return out.stdout.strip()
 
 
-def dry_run(python: Path, work: Path) -> dict:
-    """Run the install cell in the venv with pip in --dry-run mode; return pip's JSON report."""
-    report = work / "report.json"
+def run_cell(python: Path, work: Path, pip: list[str], extra: list[str], env: dict | None = None):
+    """Run the install cell in `python`, GitHub pointed at this checkout; pip: `pip` + the cell's args + `extra`."""
     spec = {
         "cell": INSTALL_CELL,
         "urls": {
             f"https://raw.githubusercontent.com/{REPOSITORY}/{BRANCH}/requirements.txt": str(ROOT / "requirements.txt"),
             f"git+https://github.com/{REPOSITORY}.git@{BRANCH}": str(ROOT),
         },
-        "pip": [sys.executable, "-m", "pip", "--python", str(python)],
-        "extra": ["--dry-run", "--report", str(report)],
+        "pip": pip,
+        "extra": extra,
     }
     (work / "spec.json").write_text(json.dumps(spec))
     (work / "harness.py").write_text(HARNESS)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAGGLE_")}  # no Kaggle probe here
-    done = subprocess.run(
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAGGLE_")} | (env or {})  # no Kaggle probe
+    return subprocess.run(
         [str(python), str(work / "harness.py"), str(work / "spec.json")],
         capture_output=True,
         text=True,
         env=env,
         cwd=work,
     )
+
+
+def dry_run(python: Path, work: Path) -> dict:
+    """Run the install cell in the venv with pip in --dry-run mode; return pip's JSON report."""
+    report = work / "report.json"
+    # the kit is not installed by a dry run: the cell's step after pip imports helpers from this checkout
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    done = run_cell(
+        python, work, [sys.executable, "-m", "pip", "--python", str(python)], ["--dry-run", "--report", str(report)]
+    )
     if done.returncode != 0 or not report.exists():
-        noise = re.compile(r"^WARNING: Location .* is ignored", re.M)  # a local mirror's harmless chatter
-        sys.exit(
-            f"the install cell's dry run failed (exit {done.returncode}):\n"
-            + "\n".join(line for line in (done.stdout + done.stderr).splitlines() if not noise.match(line))
-        )
+        sys.exit(f"the install cell's dry run failed (exit {done.returncode}):\n" + without_noise(done))
     return json.loads(report.read_text())
+
+
+def without_noise(done: subprocess.CompletedProcess) -> str:
+    noise = re.compile(r"^WARNING: Location .* is ignored", re.M)  # a local mirror's harmless chatter
+    return "\n".join(line for line in (done.stdout + done.stderr).splitlines() if not noise.match(line))
+
+
+def install_into(python: Path) -> int:
+    """Run the install cell for real in `python`'s environment, as a student's runtime runs it; print what it said."""
+    with tempfile.TemporaryDirectory(prefix="kit-install-") as tmp:
+        start = time.perf_counter()
+        done = run_cell(python, Path(tmp), [str(python), "-m", "pip"], [])
+    print(without_noise(done))
+    print(f"the install cell took {time.perf_counter() - start:.1f} s in {python} (exit {done.returncode})")
+    return done.returncode
 
 
 def file_size(url: str) -> int | None:
@@ -326,7 +351,15 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME==VERSION",
         help="a library the runtime ships (e.g. psutil==5.9.5): only its metadata; repeatable",
     )
+    how.add_argument(
+        "--run-in",
+        metavar="PYTHON",
+        type=Path,
+        help="run the install cell for real in PYTHON's environment (the runtime matrix does: noxfile.py)",
+    )
     args = parser.parse_args(argv)
+    if args.run_in:
+        return install_into(args.run_in)
     m = measure(args.install_torch, args.runtime_torch, tuple(args.runtime_has))
     print(json.dumps(m, indent=2) if args.json else describe(m))
     return 1 if m["forbidden"] else 0

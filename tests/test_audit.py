@@ -119,3 +119,17 @@ def test_audit_reads_training_arguments_and_warns_again_on_a_repeat(tmp_path):
 def test_audit_names_a_misspelled_keyword():
     with pytest.raises(ValueError, match="'gradient_accumulation_step' \\(did you mean 'gradient_accumulation_steps'"):
         audit({"gradient_accumulation_step": 4})
+
+
+def test_a_finding_is_shown_from_a_notebook_cell_on_every_python():
+    # an IPython cell runs in globals whose __spec__ and __loader__ are None; Python 3.12+ refuses
+    # such globals as warn_explicit's module_globals (ValueError), which stopped notebook 02 on
+    # Colab (3.13) and Kaggle (3.12). Python 3.11 does not check: the runtime matrix runs this there.
+    cell = {"__name__": "__main__", "__spec__": None, "__loader__": None, "__builtins__": __builtins__}
+    source = "from helpers.audit import audit\nfound = audit({'bf16': True, 'seed': 1, 'report_to': 'wandb'}, gpu='T4')\n"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exec(compile(source, "<ipython-input-3>", "exec"), cell)
+    assert [f.code for f in cell["found"]] == ["bf16_emulated"]
+    shown = [w for w in caught if issubclass(w.category, AuditWarning)]
+    assert len(shown) == 1 and shown[0].filename == "<ipython-input-3>" and shown[0].lineno == 2

@@ -60,6 +60,10 @@ DISTRIBUTION = "compute-realities-kit"
 #    itself comes from the same ref as the notebook, so helpers and notebook always match;
 # 4. pip's output only when it fails (its conflict report included), so a good install reads as two
 #    lines, not a screen of "Collecting ..." and resolver warnings about other preinstalled packages;
+# 4b. helpers.install.keep_runtime_working: the runtime's other libraries whose requirements pip
+#    broke (Colab's gradio and diffusers refuse huggingface-hub 2) get versions that serve them and
+#    the kit, and a library refused at run time (torchao < 0.16 by peft) is upgraded; the cell
+#    prints what changed and what stays broken, with the command that restores it;
 # 5. the versions of every library the session has already imported (its top-level module is in
 #    sys.modules), before and after pip: where pip replaced one, the session would go on with the
 #    old code half-mixed with the new, so the cell lists them and stops "Run all" with the menu to
@@ -71,6 +75,7 @@ DISTRIBUTION = "compute-realities-kit"
 # $DISTRIBUTION, $REPOSITORY and $REF are filled in by install_cell().
 INSTALL_TEMPLATE = r"""# Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
 # nothing happens where the kit is installed already (a clone set up with `make`, or a second run).
+import importlib
 import importlib.metadata as metadata
 import os
 import socket
@@ -112,11 +117,16 @@ if not any(metadata.distributions(name="$DISTRIBUTION")):
         return {name: metadata.version(name) for name in sorted(names)}
 
     before = imported()
+    every = {d.metadata["Name"]: d.version for d in metadata.distributions()}  # to mend what pip breaks
     print(f"Installing the kit from github.com/{repo} at {ref} ...")
     done = subprocess.run(pip, capture_output=True, text=True)  # pip's output only if it fails
     if done.returncode != 0:
         print(done.stdout[-3000:], done.stderr[-3000:], sep="\n")
         raise RuntimeError("Installing the kit failed: pip says why just above. Fix that, then run this cell again.")
+    importlib.invalidate_caches()  # the kit's files are new since this session started
+    from helpers.install import keep_runtime_working
+
+    keep_runtime_working(every, pip[:-1])  # the runtime's other libraries pip broke: mended, or named
     after = imported()
     replaced = [f"{name} {old} -> {after.get(name, 'gone')}" for name, old in before.items() if after.get(name) != old]
     if replaced:  # the session holds their old code: only a restart loads the new versions

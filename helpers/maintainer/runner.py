@@ -144,7 +144,8 @@ def _papermill(path, executed, results_file, workdir, smoke, simulate, cell_time
             kernel_name="python3",
             cwd=str(workdir),
             progress_bar=False,
-            execution_timeout=cell_timeout,
+            # whole seconds: traitlets before 5.8 (Colab's and Kaggle's 5.7.1) refuses a float here
+            execution_timeout=math.ceil(cell_timeout),
         )
 
 

@@ -12,6 +12,7 @@
 # %% tags=["install"]
 # Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
 # nothing happens where the kit is installed already (a clone set up with `make`, or a second run).
+import importlib
 import importlib.metadata as metadata
 import os
 import socket
@@ -53,11 +54,16 @@ if not any(metadata.distributions(name="compute-realities-kit")):
         return {name: metadata.version(name) for name in sorted(names)}
 
     before = imported()
+    every = {d.metadata["Name"]: d.version for d in metadata.distributions()}  # to mend what pip breaks
     print(f"Installing the kit from github.com/{repo} at {ref} ...")
     done = subprocess.run(pip, capture_output=True, text=True)  # pip's output only if it fails
     if done.returncode != 0:
         print(done.stdout[-3000:], done.stderr[-3000:], sep="\n")
         raise RuntimeError("Installing the kit failed: pip says why just above. Fix that, then run this cell again.")
+    importlib.invalidate_caches()  # the kit's files are new since this session started
+    from helpers.install import keep_runtime_working
+
+    keep_runtime_working(every, pip[:-1])  # the runtime's other libraries pip broke: mended, or named
     after = imported()
     replaced = [f"{name} {old} -> {after.get(name, 'gone')}" for name, old in before.items() if after.get(name) != old]
     if replaced:  # the session holds their old code: only a restart loads the new versions

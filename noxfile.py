@@ -1,0 +1,131 @@
+"""The runtime matrix: the kit on the Python, torch and libraries students have (`make test-runtimes`).
+
+One session per runtime, each built from its file in tests/runtimes/ (which names its source):
+
+    colab    Python 3.13, torch 2.11.0, Colab's libraries;  notebooks under a simulated T4
+    kaggle   Python 3.12, torch 2.10.0, Kaggle's libraries; notebooks under a simulated T4 x2
+
+Each session, in order:
+1. a venv from that Python, found on PATH or among pyenv's builds (never downloaded: a missing one
+   fails the session with the command that installs it);
+2. the runtime's libraries at their versions (torch is PyPI's CUDA build, several GB; it runs on
+   the CPU), then the test tools the runtime lacks, at requirements-dev.txt's pins, constrained by
+   the runtime file so that none of them moves a runtime library;
+3. the kit, installed by the notebooks' own install cell (scripts/measure_install.py --run-in),
+   exactly as a student's Run all does it: it must leave the runtime working;
+4. the unit tests (`-m "not notebooks"`), then every notebook headless (`helpers run --smoke`).
+
+Steps 1-2 are kept between runs: the venvs live outside the clone, in $KIT_RUNTIMES_DIR (default
+~/.cache/compute-realities-kit/runtimes), and are rebuilt only when their runtime file,
+requirements.txt or requirements-dev.txt changes. The kit is installed afresh every run.
+
+    make test-runtimes                         # both sessions (what .ci/run runs last)
+    .venv/bin/python -m nox -s colab           # one
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).resolve().parent
+RUNTIMES_DIR = ROOT / "tests" / "runtimes"
+# runtime -> (its Python, the card its notebooks run under: helpers run --simulate)
+RUNTIMES = {"colab": ("3.13", "T4"), "kaggle": ("3.12", "T4x2")}
+DISTRIBUTION = "compute-realities-kit"  # pyproject.toml's name, as helpers.maintainer.notebooks.DISTRIBUTION
+
+nox.options.envdir = os.environ.get("KIT_RUNTIMES_DIR") or str(Path.home() / ".cache/compute-realities-kit/runtimes")
+nox.options.reuse_venv = "yes"  # unless the session says otherwise: see _reuse
+nox.options.error_on_missing_interpreters = True  # a runtime not tested is a failure, not a skip
+nox.options.download_python = "never"  # Pythons come from pyenv or the system, never from the network
+nox.options.sessions = list(RUNTIMES)
+
+
+def find_python(version: str) -> str:
+    """The newest Python `version` (e.g. "3.13") here: on PATH, else among pyenv's builds; else `version` itself.
+
+    nox's own lookup sees only pyenv's active versions. A shim for an inactive version is on PATH
+    but fails when run, so a candidate counts only once it runs. Where none is found nox fails
+    the session, and `make test-runtimes` has already said how to install one.
+    """
+    on_path = shutil.which(f"python{version}")
+    root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    builds = sorted(
+        root.glob(f"versions/{version}.*/bin/python{version}"),
+        key=lambda p: [int(n) if n.isdigit() else -1 for n in p.parts[-3].split(".")],
+        reverse=True,
+    )
+    for candidate in [on_path, *map(str, builds)]:
+        if candidate and subprocess.run([candidate, "-c", "pass"], capture_output=True).returncode == 0:
+            return candidate
+    return version
+
+
+def pins(path: Path) -> dict[str, str]:
+    """{canonical name: line} of every `name==version` line in a requirements file."""
+    found = {}
+    for line in path.read_text().splitlines():
+        match = re.match(r"^([A-Za-z0-9_.-]+)==\S+", line)
+        if match:
+            found[re.sub(r"[-_.]+", "-", match.group(1)).lower()] = match.group(0)
+    return found
+
+
+def key(runtime: str) -> str:
+    """What a runtime's venv is built from: its runtime file and the kit's two requirements files."""
+    files = [RUNTIMES_DIR / f"{runtime}.txt", ROOT / "requirements.txt", ROOT / "requirements-dev.txt"]
+    return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
+
+
+def stamp(runtime: str) -> Path:
+    return Path(nox.options.envdir) / runtime / ".kit-runtime-key"
+
+
+def _reuse(runtime: str) -> bool | None:
+    """None (reuse, per nox.options) while the venv was built from today's files; False (rebuild) otherwise."""
+    path = stamp(runtime)
+    return None if path.exists() and path.read_text() == key(runtime) else False
+
+
+def tools(runtime: str) -> list[str]:
+    """requirements-dev.txt's pins for what the runtime does not ship (pytest, nbval, papermill, ruff; not nox)."""
+    kit, runtime_pins = pins(ROOT / "requirements.txt"), pins(RUNTIMES_DIR / f"{runtime}.txt")
+    dev = pins(ROOT / "requirements-dev.txt")
+    return [line for name, line in dev.items() if name not in kit and name not in runtime_pins and name != "nox"]
+
+
+def run_runtime(session: nox.Session, runtime: str, card: str) -> None:
+    runtime_file = str(RUNTIMES_DIR / f"{runtime}.txt")
+    if not (stamp(runtime).exists() and stamp(runtime).read_text() == key(runtime)):
+        session.install("-r", runtime_file)
+        session.install("-c", runtime_file, *tools(runtime))
+        stamp(runtime).write_text(key(runtime))
+    session.run("python", "-m", "pip", "uninstall", "-q", "-y", DISTRIBUTION)  # the install cell brings it
+    python = str(Path(session.bin) / "python")
+    session.run("python", "scripts/measure_install.py", "--run-in", python)
+    session.run("python", "-m", "pip", "check", success_codes=[0, 1])  # printed for the record: runtimes have conflicts
+    versions = (
+        "import sys, torch, transformers; print(sys.version.split()[0], torch.__version__, transformers.__version__)"
+    )
+    session.run("python", "-c", versions)
+    session.run("python", "-m", "pytest", "-m", "not notebooks", "tests", "-q", *session.posargs)
+    out = str(ROOT / "build" / "runtimes" / runtime)
+    session.run("python", "-m", "helpers", "run", "--smoke", "--simulate", card, "--out", out)
+
+
+def _define(runtime: str, python: str, card: str) -> None:
+    def session(s: nox.Session) -> None:
+        run_runtime(s, runtime, card)
+
+    session.__doc__ = f"Python {python} and {runtime.capitalize()}'s libraries; notebooks under a simulated {card}"
+    nox.session(name=runtime, python=find_python(python), reuse_venv=_reuse(runtime))(session)
+
+
+for _runtime, (_python, _card) in RUNTIMES.items():
+    _define(_runtime, _python, _card)
