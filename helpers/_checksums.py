@@ -3,7 +3,7 @@
 Private to the package: `helpers.manifest.ManifestCallback` records them in each checkpoint's
 run_manifest.json, `helpers.resume` verifies them (both taught in notebook 08). Hashing streams
 each file in 1 MiB chunks, so memory stays flat whatever the checkpoint's size; the cost is one
-read of every file (about 1 GB/s of SHA-256 on one core, measured in tests/test_checksums.py).
+read of every file (about 1 GB/s of SHA-256 on one core, measured by scripts/bench_checksums.py).
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ class Report:
     pip_error: str = ""  # the end of pip's output where the mending call failed
 
 
-def canonical(name: str) -> str:
+def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
@@ -60,7 +60,7 @@ def versions() -> dict[str, str]:
     for dist in metadata.distributions():
         name = dist.metadata["Name"]
         if name:
-            found.setdefault(canonical(name), dist.version)
+            found.setdefault(_canonical(name), dist.version)
     return found
 
 
@@ -70,40 +70,48 @@ def broken_requirements(before: dict[str, str]) -> list[Broken]:
     A library the install upgraded is pip's to satisfy, and one already broken before is not the
     install's doing: neither is listed.
     """
+    before, now = {_canonical(name): version for name, version in before.items()}, versions()
+    changed = {name for name, old in before.items() if now.get(name) != old}
+    if not changed:  # nothing to read (and packaging may not be importable where pip installed nothing)
+        return []
     try:
         from packaging.requirements import InvalidRequirement, Requirement  # transformers needs it: installed
     except ImportError:  # a bare venv (the install cell's tests): pip's own copy
         from pip._vendor.packaging.requirements import InvalidRequirement, Requirement
 
-    now, found, seen = versions(), [], set()
+    found, seen = [], set()
     for dist in metadata.distributions():
-        name = canonical(dist.metadata["Name"] or "")
+        name = _canonical(dist.metadata["Name"] or "")
         if not name or name in seen or before.get(name) != dist.version:
             continue
         seen.add(name)
         for text in dist.requires or []:
+            if _canonical(re.match(r"[A-Za-z0-9._-]*", text).group(0)) not in changed:
+                continue  # a requirement on something the install left alone still holds
             try:
                 req = Requirement(text)
             except InvalidRequirement:
                 continue
             if req.marker is not None and not req.marker.evaluate({"extra": ""}):
                 continue
-            key = canonical(req.name)
-            old, new = before.get(key), now.get(key)
-            if old is None or new == old or not req.specifier.contains(old, prereleases=True):
-                continue
-            if new is None or not req.specifier.contains(new, prereleases=True):
+            old, new = before[_canonical(req.name)], now.get(_canonical(req.name))
+            if req.specifier.contains(old, prereleases=True) and not (
+                new is not None and req.specifier.contains(new, prereleases=True)
+            ):
                 found.append(Broken(f"{dist.metadata['Name']} {dist.version}", f"{req.name}{req.specifier}", new))
     return found
 
 
 def _below_floor(now: dict[str, str]) -> list[str]:
+    present = [name for name in RUN_TIME_FLOORS if name in now]
+    if not present:
+        return []
     try:
         from packaging.version import Version
     except ImportError:
         from pip._vendor.packaging.version import Version
 
-    return [name for name, (floor, _) in RUN_TIME_FLOORS.items() if name in now and Version(now[name]) < Version(floor)]
+    return [name for name in present if Version(now[name]) < Version(RUN_TIME_FLOORS[name][0])]
 
 
 def keep_runtime_working(before: dict[str, str], pip: list[str], *, kit: str = "compute-realities-kit") -> Report:
@@ -117,7 +125,7 @@ def keep_runtime_working(before: dict[str, str], pip: list[str], *, kit: str = "
     Returns:
         the `Report`, also printed: a line of what changed, then what stays broken and how to restore it.
     """
-    report, before = Report(), {canonical(name): version for name, version in before.items()}
+    report, before = Report(), {_canonical(name): version for name, version in before.items()}
     low = _below_floor(versions())
     if low:  # a call of its own, so a cap pip cannot meet below does not keep these back
         _pip(report, pip, [kit] + [f"{name}=={RUN_TIME_FLOORS[name][0]}" for name in low])

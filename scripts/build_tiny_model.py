@@ -14,9 +14,12 @@ followed by the end-of-text token): 600 AdamW steps of 16 x 64 tokens, about 28 
 21,731 response tokens. That takes the loss on the responses from chance, ln(2048) = 7.62, to
 about 1.0, while the notebooks' fine-tuning format, `instruction + "\n" + response`, stays new to
 the model (about 5.2 on it), so a fine-tune visibly lowers the loss. Deterministic: a fixed seed,
-one CPU thread, batches drawn from a seeded generator. Same torch version and CPU kind in, same
-bytes out. The rebuild takes 1 to 1.5 minutes on one core (60 s and 89 s measured on a shared
-2-core machine, Dec 2026, torch 2.13 CPU); it prints the loss before and after.
+one CPU thread, batches drawn from a seeded generator. Same torch version and CPU in, same bytes
+out; another CPU's kernels (AVX512-BF16, AMX) round differently in the last bits, so a rebuild
+there matches the shipped model to a tolerance, not bit for bit (tests/test_models.py says which).
+The rebuild takes 1 to 1.5 minutes on one core (60 s and 89 s measured on a shared 2-core machine,
+Dec 2026, torch 2.13 CPU); it prints the loss before and after. `--losses FILE` writes every step's
+loss: tests/data/tiny_model_losses.json is the shipped model's, the curve a rebuild is held to.
 """
 
 from __future__ import annotations
@@ -93,6 +96,15 @@ def build_model(tokenizer):
     return LlamaForCausalLM(config)
 
 
+def token_blocks(tokenizer, texts: list[str], seq_len: int):
+    """`texts` tokenized, each followed by the end-of-text token, as one stream cut into (n_blocks, seq_len)."""
+    import torch
+
+    stream = [t for ids in tokenizer(texts)["input_ids"] for t in ids + [tokenizer.eos_token_id]]
+    n_blocks = len(stream) // seq_len  # the last, shorter piece dropped
+    return torch.tensor(stream[: n_blocks * seq_len]).view(n_blocks, seq_len)
+
+
 def pretrain(model, tokenizer, *, steps, batch_size, seq_len, peak_lr, warmup_steps) -> list[float]:
     """Train `model` on the responses as plain text, in place; return the loss of every step.
 
@@ -103,9 +115,8 @@ def pretrain(model, tokenizer, *, steps, batch_size, seq_len, peak_lr, warmup_st
     import torch
 
     torch.set_num_threads(1)  # the same reductions in every run: the same bytes
-    stream = [t for ids in tokenizer(corpus(fields=("response",)))["input_ids"] for t in ids + [tokenizer.eos_token_id]]
-    n_blocks = len(stream) // seq_len
-    blocks = torch.tensor(stream[: n_blocks * seq_len]).view(n_blocks, seq_len)  # (n_blocks, seq_len)
+    blocks = token_blocks(tokenizer, corpus(fields=("response",)), seq_len)  # (n_blocks, seq_len)
+    n_blocks = len(blocks)
     batches = torch.Generator().manual_seed(SEED)
     optimizer = torch.optim.AdamW(model.parameters(), lr=peak_lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(
@@ -128,11 +139,18 @@ def pretrain(model, tokenizer, *, steps, batch_size, seq_len, peak_lr, warmup_st
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"folder to write (default {DEFAULT_OUT})")
-    out = parser.parse_args(argv).out
+    parser.add_argument(
+        "--steps", type=int, default=PRETRAIN["steps"], help="pre-training steps (the shipped model: the default)"
+    )
+    parser.add_argument("--losses", type=Path, help="also write every step's loss to this JSON file")
+    args = parser.parse_args(argv)
+    out = args.out
     tokenizer = build_tokenizer()
     model = build_model(tokenizer)
     start = time.perf_counter()
-    losses = pretrain(model, tokenizer, **PRETRAIN)
+    losses = pretrain(model, tokenizer, **{**PRETRAIN, "steps": args.steps})
+    if args.losses:
+        args.losses.write_text(json.dumps(losses))
     print(
         f"pre-trained {len(losses)} steps in {time.perf_counter() - start:.0f} s: loss {losses[0]:.2f} -> "
         f"{sum(losses[-20:]) / 20:.2f} (mean of the last 20 steps; chance is ln {len(tokenizer)} = "

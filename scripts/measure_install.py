@@ -209,11 +209,13 @@ def run_cell(python: Path, work: Path, pip: list[str], extra: list[str], env: di
 def dry_run(python: Path, work: Path) -> dict:
     """Run the install cell in the venv with pip in --dry-run mode; return pip's JSON report."""
     report = work / "report.json"
-    # the kit is not installed by a dry run: the cell's step after pip imports helpers from this checkout
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    done = run_cell(
-        python, work, [sys.executable, "-m", "pip", "--python", str(python)], ["--dry-run", "--report", str(report)]
-    )
+    pip = [sys.executable, "-m", "pip", "--python", str(python)]
+    # a dry run installs no kit: the cell's step after pip imports helpers from this checkout, through
+    # a folder that holds only the package (the checkout itself may hold the kit's egg-info, which
+    # would tell the cell the kit is installed)
+    (work / "kit").mkdir()
+    (work / "kit" / "helpers").symlink_to(ROOT / "helpers")
+    done = run_cell(python, work, pip, ["--dry-run", "--report", str(report)], {"PYTHONPATH": str(work / "kit")})
     if done.returncode != 0 or not report.exists():
         sys.exit(f"the install cell's dry run failed (exit {done.returncode}):\n" + without_noise(done))
     return json.loads(report.read_text())

@@ -6,7 +6,7 @@ on this CPU (`notebook_run`), then under a simulated T4 and a simulated Kaggle T
 start one after another in a background thread as soon as collection finds a test that needs them,
 so they use one core while the unit tests use the other; each fixture waits for its own run. Tests
 that read a run are marked `notebooks` (`make test-fast` deselects them). The same core then rebuilds
-the embedded model (`rebuilt_tiny_model`) for tests/test_models.py to compare bit for bit.
+the embedded model (`rebuilt_tiny_model`) for tests/test_models.py to compare with the shipped one.
 
 Every run is given a planted wandb key and Hub token (fakes, named as such) and a wandb server that
 refuses connections, so notebook 06 takes the "key found, server unreachable" path and a test can
@@ -106,7 +106,8 @@ def _execute(name: str) -> NotebookRun:
     for number in only:
         command += ["--only", number]
     if name == "tiny-model":
-        command, only = [sys.executable, str(REPO / "scripts" / "build_tiny_model.py"), "--out", str(out)], ()
+        build = [sys.executable, str(REPO / "scripts" / "build_tiny_model.py"), "--out", str(out)]
+        command, only = [*build, "--losses", str(out / "losses.json")], ()
     with (out / "stdout.txt").open("w+") as stdout, (out / "stderr.txt").open("w+") as stderr:
         process = subprocess.Popen(command, stdout=stdout, stderr=stderr, env=_environment(out))
         _processes.append(process)

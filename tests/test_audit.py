@@ -126,7 +126,9 @@ def test_a_finding_is_shown_from_a_notebook_cell_on_every_python():
     # such globals as warn_explicit's module_globals (ValueError), which stopped notebook 02 on
     # Colab (3.13) and Kaggle (3.12). Python 3.11 does not check: the runtime matrix runs this there.
     cell = {"__name__": "__main__", "__spec__": None, "__loader__": None, "__builtins__": __builtins__}
-    source = "from helpers.audit import audit\nfound = audit({'bf16': True, 'seed': 1, 'report_to': 'wandb'}, gpu='T4')\n"
+    source = (
+        "from helpers.audit import audit\nfound = audit({'bf16': True, 'seed': 1, 'report_to': 'wandb'}, gpu='T4')\n"
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         exec(compile(source, "<ipython-input-3>", "exec"), cell)

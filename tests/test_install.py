@@ -108,7 +108,10 @@ def install_cell_in(capped_runtime, tmp_path, pins: str) -> tuple[subprocess.Com
     venv = tmp_path / "venv"
     shutil.copytree(capped_runtime / "venv", venv, symlinks=True)
     (tmp_path / "requirements.txt").write_text(pins)
-    local = {PINS_URL: str(tmp_path / "requirements.txt"), KIT_URL: str(next((capped_runtime / "wheels").glob("compute*.whl")))}
+    local = {
+        PINS_URL: str(tmp_path / "requirements.txt"),
+        KIT_URL: str(next((capped_runtime / "wheels").glob("compute*.whl"))),
+    }
     prelude = OFFLINE_PIP.format(local=local, wheels=str(capped_runtime / "wheels"))
     python = str(venv / "bin" / "python")
     done = run_cells([INSTALL_CELL], tmp_path, prelude=prelude, python=python)

@@ -5,6 +5,8 @@ choice and fixed-number answers by trying every candidate against the bank's has
 compute the per-student ones from the question's own parameters.
 """
 
+import collections
+import contextlib
 import copy
 import csv
 import functools
@@ -14,7 +16,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import nbformat
@@ -453,16 +454,43 @@ def test_property_answer_is_checked_rule_by_rule_with_the_students_own_values():
     assert judge(q, {"per_device_batch": 1.5, "grad_accum_steps": 2}, SID).status == INVALID
 
 
+# What would make a check slow without showing in its count of calls: one call that does a lot
+SLOW_CALLS = {"pbkdf2_hmac", "scrypt", "open", "read_text", "read_bytes", "load_bank", "sleep"}
+
+
+@contextlib.contextmanager
+def counted_calls():
+    """Count the function calls (Python and builtin) made inside the block, by name: a measure of work."""
+    calls = collections.Counter()
+
+    def profile(frame, event, arg):
+        if event == "call":
+            calls[frame.f_code.co_name] += 1
+        elif event == "c_call":
+            calls[getattr(arg, "__name__", "?")] += 1
+
+    sys.setprofile(profile)
+    try:
+        yield calls
+    finally:
+        sys.setprofile(None)
+
+
 def test_student_ids_get_their_own_numbers_and_still_check_instantly():
     q = get_question("q00_4")
     ids = [f"student{i:03d}" for i in range(40)]
     numbers = {sid: params_for(q, sid)["memory_gb"] for sid in ids}
     assert len(set(numbers.values())) >= 6, "ids should spread over the parameter values"
     assert params_for(q, " Student007 ") == params_for(q, "student007")  # case and spaces don't matter
-    start = time.perf_counter()
+    work = {}  # instantly, as work rather than time: each check makes the same few calls, whatever the id
     for sid in ids:
-        assert judge(q, numbers[sid] / 0.52, sid).status == CORRECT
-    assert (time.perf_counter() - start) / len(ids) < 0.01
+        with counted_calls() as calls:
+            assert judge(q, numbers[sid] / 0.52, sid).status == CORRECT
+        work[sid] = calls
+    assert len({sum(calls.values()) for calls in work.values()}) == 1, "one id costs more than another"
+    calls = work[ids[0]]
+    assert sum(calls.values()) < 200, calls.most_common(10)  # a hash of the id per parameter, one small evaluation
+    assert not set(calls) & SLOW_CALLS, "no key stretching and no file read per check"
     a, b = next((x, y) for x, y in itertools.combinations(ids, 2) if numbers[x] != numbers[y])
     assert judge(q, numbers[a] / 0.52, b).status == WRONG  # a neighbour's answer is wrong for you
     assert judge(q, 5, "").status == NEEDS_ID

@@ -6,23 +6,26 @@ string that leaves the grader is escaped, `check()` never raises for an answer, 
 refuses what it cannot blank instead of handing the answer out.
 """
 
+import ast
 import csv
 import json
 import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from test_quickcheck import RIGHT, SID, WRONG_ANSWERS, read_csv, submission, write
 
-from helpers.quickcheck import check
+from helpers.quickcheck import check, reading, safe_eval, submissions
 from helpers.quickcheck import checks as checks_module
+from helpers.quickcheck import grading as grading_module
+from helpers.quickcheck.bank import load_bank
 from helpers.quickcheck.grading import grade, grade_submission
 from helpers.quickcheck.handout import HandoutError, student_version
 from helpers.quickcheck.judging import CORRECT
+from helpers.quickcheck.limits import MAX_CODE_CHARS, MAX_IDS, MAX_INT_BITS, MAX_LINE_CHARS
 from helpers.quickcheck.reading import Cell, scan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,6 +61,54 @@ def assert_outputs_are_whole(run, n_files):
         f.name.encode("utf-8")  # a name any filesystem and zip tool can hold
         assert len(f.name.encode()) <= 200
         f.read_bytes().decode("utf-8")
+
+
+# The tests below bound the WORK a hostile file costs (what is parsed, computed, read), not the
+# seconds it takes: a busy machine makes any file slow, a missing bound makes it cost more work.
+
+
+class ParseSpy:
+    """The `ast` module as helpers.quickcheck.reading sees it, keeping every text the reader parses."""
+
+    def __init__(self):
+        self.texts: list[str] = []
+
+    def parse(self, text, *args, **kwargs):
+        self.texts.append(text)
+        return ast.parse(text, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(ast, name)
+
+
+def spy_on_parsing(monkeypatch) -> ParseSpy:
+    spy = ParseSpy()
+    monkeypatch.setattr(reading, "ast", spy)
+    return spy
+
+
+def spy_on_arithmetic(monkeypatch) -> list[tuple]:
+    """The operands of every arithmetic step safe_eval takes (a huge literal must be refused before one)."""
+    steps, real = [], safe_eval._arithmetic
+
+    def arithmetic(op, left, right):
+        steps.append((left, right))
+        return real(op, left, right)
+
+    monkeypatch.setattr(safe_eval, "_arithmetic", arithmetic)
+    return steps
+
+
+def huge(value) -> bool:
+    return isinstance(value, int) and value.bit_length() > MAX_INT_BITS
+
+
+def read_by_this_thread() -> int | None:
+    """Bytes this thread has read through read() calls so far (Linux's rchar); None where the kernel does not say."""
+    try:
+        return int(re.search(r"^rchar: (\d+)$", Path("/proc/thread-self/io").read_text(), re.M).group(1))
+    except (OSError, AttributeError):
+        return None
 
 
 # ---------------------------------------------------------------- high: the whole gradebook lost
@@ -99,14 +150,21 @@ def test_a_file_name_that_is_not_utf8_costs_no_row(tmp_path):
 
 def test_a_cell_of_blank_lines_is_read_in_linear_time(monkeypatch, capsys):
     blank = " \n" * 30_000  # 60 KB: the marker regex took seconds on it (quadratic)
-    start = time.perf_counter()
     found = scan([Cell(1, blank + "# QUICK CHECK q00_1\nanswer_q00_1 = 'b'\n")])
-    assert time.perf_counter() - start < 0.5 and "q00_1" in found.markers
+    assert "q00_1" in found.markers
+    # linear, as a fact about the regex rather than a duration: the spaces before a marker never
+    # run past a line end, so an attempt from each line reads that line only. The quadratic
+    # `^\s*#` ran from every blank line over all the blank lines after it, and matched from the first.
+    (match,) = reading.MARKER.finditer(blank + "# QUICK CHECK q00_1\n")
+    assert match.start() == len(blank) and "\n" not in match.group(0), "a marker's match spans blank lines"
+    scans, real_scan = [], reading.scan
+    monkeypatch.setattr(
+        reading, "scan", lambda cells, *a: scans.append([c.source for c in cells]) or real_scan(cells, *a)
+    )
     monkeypatch.setattr(checks_module, "_input_history", lambda: [blank, "answer_q00_1 = 'b'"])
-    start = time.perf_counter()
     check("q00_1", "b")  # in the student's kernel, check() reads the history the same way
-    assert time.perf_counter() - start < 0.5
     assert "Quick check q00_1" in capsys.readouterr().out
+    assert scans == [[blank, "answer_q00_1 = 'b'"]], "check() reads the history through the scan above"
 
 
 # ---------------------------------------------------------------- medium
@@ -132,18 +190,20 @@ def test_two_long_file_names_in_different_folders_keep_their_rows_and_feedback(t
     assert_outputs_are_whole(run, 2)
 
 
-def test_huge_integer_literals_are_refused_before_any_arithmetic(tmp_path):
+def test_huge_integer_literals_are_refused_before_any_arithmetic(tmp_path, monkeypatch):
+    parsed, steps = spy_on_parsing(monkeypatch), spy_on_arithmetic(monkeypatch)
     big = "0x" + "f" * 400_000  # a megabyte cell: refused by its size, never parsed
     nb = set_line(submission(RIGHT), r"^answer_q00_3 = .*$", f"answer_q00_3 = {big} // {big[:200_000]}")
-    start = time.perf_counter()
     s = grade_submission(write(tmp_path, "hex.ipynb", nb))
-    assert time.perf_counter() - start < 0.5
     assert s.questions["q00_3"].status == "unreadable" and "too long to read" in s.questions["q00_3"].message
     assert s.questions["q00_1"].status == CORRECT
+    assert parsed.texts and not any(big[:MAX_LINE_CHARS] in text for text in parsed.texts), "the literal was parsed"
     small = "0x" + "f" * 20_000  # 30 KB: parsed, and its literal refused before the division
     nb = set_line(submission(RIGHT), r"^answer_q00_3 = .*$", f"answer_q00_3 = {small} // {small[:10_000]}")
     g = grade_submission(write(tmp_path, "hex2.ipynb", nb)).questions["q00_3"]
     assert g.status == "unreadable" and "about 24,083 digits" in g.message, g.message
+    assert any(small in text for text in parsed.texts), "the 30 KB cell is parsed whole"
+    assert not any(huge(x) for step in steps for x in step), "arithmetic on a huge literal"
 
 
 MEMORY_PROBE = """
@@ -372,7 +432,7 @@ def test_control_characters_and_newlines_in_names_and_ids_stay_on_one_line(tmp_p
     assert all("\t" not in line and "\u202e" not in line for line in report.splitlines())
 
 
-def test_a_megabyte_student_id_and_a_flood_of_markers_stay_small(tmp_path):
+def test_a_megabyte_student_id_and_a_flood_of_markers_stay_small(tmp_path, monkeypatch):
     nb = submission(RIGHT, student_id="i" * 1_000_000)
     nb["cells"].append(
         {
@@ -383,40 +443,57 @@ def test_a_megabyte_student_id_and_a_flood_of_markers_stay_small(tmp_path):
         }
     )
     write(tmp_path / "subs", "flood.ipynb", nb)
-    start = time.perf_counter()
+    parsed, scans, judged = spy_on_parsing(monkeypatch), [], []
+    real_scan, real_judge = reading.scan, grading_module.judge
+    monkeypatch.setattr(reading, "scan", lambda cells, *a: scans.append(real_scan(cells, *a)) or scans[-1])
+    monkeypatch.setattr(grading_module, "judge", lambda q, *a: judged.append(q.id) or real_judge(q, *a))
     run = grade([tmp_path / "subs"], tmp_path / "g.csv")
-    assert time.perf_counter() - start < 2
     assert run.csv_path.stat().st_size < 5_000 and run.report_path.stat().st_size < 20_000
     assert read_csv(run.csv_path)["flood.ipynb"]["q00_1"] == "1"
+    # bounded work: 100 000 markers keep at most MAX_IDS ids, every question is judged once (none
+    # per marker), and the megabyte id's line is never parsed
+    (found,) = scans
+    assert 0 < len(found.markers) <= MAX_IDS
+    assert sorted(judged) == sorted(q.id for q in load_bank("00")), judged[:10]
+    assert not any("i" * MAX_LINE_CHARS in text for text in parsed.texts), "the megabyte id was parsed"
 
 
-def test_many_broken_cells_cost_bounded_time_and_notes(tmp_path):
+def test_many_broken_cells_cost_bounded_work_and_notes(tmp_path, monkeypatch):
     broken = {"cell_type": "code", "metadata": {}, "outputs": [], "source": "answer_q00_9 = (\n"}
     for n in (9_000, 50_000):  # under and over the 10 000 code cells the grader reads
         nb = submission(RIGHT)
         nb["cells"] = [dict(broken) for _ in range(n)] + nb["cells"]
         write(tmp_path / f"subs{n}", "broken.ipynb", nb)
-        start = time.perf_counter()
+        parsed = spy_on_parsing(monkeypatch)
         run = grade([tmp_path / f"subs{n}"], tmp_path / f"g{n}.csv")
-        assert time.perf_counter() - start < 2
         assert run.report_path.stat().st_size < 20_000
         row = read_csv(run.csv_path)["broken.ipynb"]
         if n < 10_000:  # the quick-check cells are read first: the junk cannot spend their budget
             assert row["q00_1"] == "1" and row["notes"].startswith("stopped reading at cell")
+            # each parse spends at least 64 characters of the file's budget: the parsing stops with
+            # the budget, not at the last of the 9 000 cells (two parses each: whole, then its line)
+            assert 0 < len(parsed.texts) <= MAX_CODE_CHARS // 64 < 2 * n
         else:
             assert row["status"] == "unreadable" and "50,0" in row["notes"] and "code cells" in row["notes"]
+            assert parsed.texts == [], "refused by its count of cells before any of them was parsed"
 
 
-def test_an_oversized_file_is_refused_before_it_is_read(tmp_path):
+def test_an_oversized_file_is_refused_before_it_is_read(tmp_path, monkeypatch):
     path = tmp_path / "subs" / "huge.ipynb"
     path.parent.mkdir()
     with path.open("wb") as f:
         f.write(b'{"cells": [], "pad": "')
         f.truncate(300 * 2**20)  # 300 MB, sparse: nothing to read before refusing it
-    start = time.perf_counter()
+    grade_submission(tmp_path / "absent.ipynb")  # once, so a first call's imports are not counted below
+    parsed = []
+    monkeypatch.setattr(submissions, "parse_notebook", lambda data: parsed.append(len(data)) or ([], []))
+    before = read_by_this_thread()
     s = grade_submission(path)
-    assert time.perf_counter() - start < 1
-    assert s.status == "unreadable" and "MB" in s.reason and "Clear" in s.reason
+    after = read_by_this_thread()
+    assert s.status == "unreadable" and "MB" in s.reason and "Clear" in s.reason, s.reason
+    assert parsed == [], "the file's bytes reached the parser"
+    if before is not None:  # Linux: every read() this thread made, whatever reads the file
+        assert after - before < 64 * 2**10, f"{after - before:,} bytes read (the limit alone is 25 MiB)"
 
 
 def test_case_and_reserved_names_get_distinct_feedback_files(tmp_path):

@@ -136,6 +136,8 @@ def _papermill(path, executed, results_file, workdir, smoke, simulate, cell_time
     # the kernel inherits these; record() reads them
     kernel_env = {"HELPERS_RESULTS_DIR": str(results_file.parent.resolve()), "HELPERS_NOTEBOOK": path.stem}
     kernel_env[simulate_variable] = simulate or ""  # an empty value: the real machine
+    # ipykernel 6 on Python 3.12+ (Colab's, Kaggle's) has debugpy warn about frozen modules at every start
+    kernel_env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
     with environ(kernel_env):
         pm.execute_notebook(
             str(path),

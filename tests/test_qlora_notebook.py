@@ -1,94 +1,25 @@
-"""Notebooks 03 (checkpointing), 04 (accumulation) and 05 (QLoRA), run once headless: each claim points the right way.
+"""Notebook 05 (QLoRA), run once headless: each claim points the right way.
 
-They read the suite's one smoke run of every notebook (tests/conftest.py; `KIT_ONLY="03 04 05"`
-runs only these). Every assertion checks a direction or an identity from the recorded figures, or
-compares them with a reference computed here (the catalog, the embedded model's config), never a
-number typed in from a run: the embedded model's weights may be trained again.
+They read the suite's one smoke run of every notebook (tests/conftest.py; `KIT_ONLY="05"` runs only
+this one). Every assertion checks a direction or an identity from the recorded figures, or compares
+them with a reference computed here (the catalog, the embedded model's config), never a number
+typed in from a run: the embedded model's weights may be trained again.
 """
 
-import math
-import statistics
-
 import pytest
+from notebook_results import figures_of, learned
 
 from helpers import GIB
 from helpers.catalog import gpu_bytes
 from helpers.models import EMBEDDED_DIR
 
-NOTEBOOKS = ("03_gradient_checkpointing", "04_gradient_accumulation", "05_qlora")
+NOTEBOOKS = ("05_qlora",)
 
 
 @pytest.fixture(scope="module")
 def figures(notebook_run):
-    """The figures each notebook recorded, from the shared smoke run on this CPU."""
-    assert notebook_run.returncode == 0, notebook_run.printed[-5000:]
-    summary = notebook_run.summary()
-    for nb in NOTEBOOKS:
-        assert summary[nb]["status"] == "ok"
-        print(f"{nb}: {summary[nb]['seconds']:.1f} s")  # the target is under 30 s each; not judged on shared CPUs
-    return {nb: notebook_run.results[nb] for nb in NOTEBOOKS}
-
-
-def learned(r, steps, curve=True):
-    """The fine-tune ran every step and lowered the loss of a fixed batch (and the training curve, if judged)."""
-    losses = r["train_losses"]
-    assert len(losses) == steps and all(math.isfinite(x) for x in losses)
-    assert r["loss_after"] < r["loss_before"], "fine-tuning lowers the loss of the same fixed batch"
-    if curve:  # each step's loss is on its own batch: judged on averages of five
-        assert statistics.fmean(losses[-5:]) < statistics.fmean(losses[:5]), "the training curve falls"
-
-
-def test_03_checkpointing_trades_activations_for_time(figures):
-    r = figures["03_gradient_checkpointing"]
-    off, on = r["activations_mib_off"], r["activations_mib_on"]
-    assert r["seq_lens"] == [128, 256, 512]  # the embedded model's 512 positions cap the sweep
-    assert all(a < b for a, b in zip(on, off)), "checkpointing saves activation memory at every length"
-    assert off == sorted(off) and on == sorted(on), "activations grow with the sequence"
-    assert r["activation_ratio_at_longest"] < 0.5 and r["activations_predicted_mib_on"] == on
-    # timings on shared CPUs: recorded for the plot at every length, their size not judged
-    assert len(r["step_ms_off"]) == len(r["step_ms_on"]) == len(r["seq_lens"])
-    assert all(t > 0 for t in r["step_ms_off"] + r["step_ms_on"])
-    assert r["time_ratio"] > 0 and r["time_ratio_expected"] > 1
-
-
-def test_03_the_t4_error_is_the_activations_and_checkpointing_fixes_it(figures):
-    r = figures["03_gradient_checkpointing"]
-    assert r["t4_fits_off"] is False and r["t4_fits_on"] is True and r["t4_total_gib_on"] < r["t4_total_gib_off"]
-    assert r["audit_codes"] == ["checkpointing_off"]
-    assert r["oom_without_checkpointing"] is True and r["fits_with_checkpointing"] is True
-
-
-def test_03_plain_training_arguments_equal_the_shortcut_and_the_model_learns(figures):
-    r = figures["03_gradient_checkpointing"]
-    assert r["args_differ_from_shortcut"] == []
-    learned(r, steps=20)
-    assert r["live_readout_steps"] == len(r["train_losses"]), "the live readout followed every step"
-
-
-def test_04_accumulation_gives_the_large_batchs_gradients(figures):
-    r = figures["04_gradient_accumulation"]
-    assert r["effective_batch"] == 16
-    assert r["accumulation_max_abs_diff"] < 1e-6, "accumulation matches the big batch"
-    assert r["activation_ratio_micro_to_batch"] == pytest.approx(1 / 8, rel=0.05)
-
-
-def test_04_variable_lengths_need_the_token_sum(figures):
-    r = figures["04_gradient_accumulation"]
-    assert len(set(r["variable_length_tokens"])) > 1, "the trap needs micro-batches of different token counts"
-    assert r["variable_length_token_sum_max_abs_diff"] < 1e-6
-    assert r["variable_length_naive_max_abs_diff"] > 1000 * r["variable_length_token_sum_max_abs_diff"]
-    error = r["variable_length_relative_error"]
-    assert error["mean of means"] > 1000 * error["sum / all tokens"]
-    assert r["trainer_passes_num_items"] is True, "the Trainer's fix applies to this model"
-
-
-def test_04_fit_batch_keeps_the_effective_batch_and_the_model_learns(figures):
-    r = figures["04_gradient_accumulation"]
-    assert r["audit_codes"] == ["batch_misreported"]
-    assert r["args_differ_from_shortcut"] == []
-    assert r["fit_tried"] == [[8, 2], [4, 4], [2, 8]]
-    assert r["effective_batch_parts"] == {"per_device_batch": 2, "grad_accum_steps": 8, "num_devices": 1}
-    learned(r, steps=10)
+    """The figures notebook 05 recorded, from the shared smoke run on this CPU."""
+    return figures_of(notebook_run, NOTEBOOKS)
 
 
 def test_05_each_format_is_smaller_than_the_last(figures):

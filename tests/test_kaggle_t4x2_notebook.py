@@ -1,0 +1,116 @@
+"""Notebook 07 (Kaggle T4 x2), run headless on the embedded model, checked by what it promises.
+
+Two processes over gloo stand in for the two T4s; the copies of the model must end identical, each
+process must have trained on its own data, and the effective batch must count both devices. The
+train.py it writes must run under `accelerate launch` and reach the very same weights.
+
+They read the suite's smoke runs (tests/conftest.py; `KIT_ONLY="07"` runs only this one); `--smoke`
+makes them use the embedded tiny model and 4 optimizer steps.
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+from notebook_results import figures_of, outputs_text
+
+NB06, NB07 = "06_experiment_tracking", "07_kaggle_t4x2"
+NOTEBOOKS = (NB07,)
+TIMEOUT_S = 600  # for each subprocess, generous for a loaded machine
+
+
+@pytest.fixture(scope="module")
+def ran(notebook_run):
+    """(figures by stem, output folder) of the suite's smoke run on this CPU."""
+    return figures_of(notebook_run, NOTEBOOKS), notebook_run.out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_07_ran_two_cpu_processes_over_gloo(ran):
+    results, out = ran
+    r = results[NB07]
+    assert r["gpu_count"] == 0 and r["num_processes"] == 2 and r["processes_ran"] == 2
+    assert r["backend"] == "gloo"
+    assert "NO GPU: launching 2 CPU processes" in outputs_text(out / "notebooks" / f"{NB07}.ipynb")
+
+
+def test_07_parameters_stay_in_sync_on_different_data(ran):
+    r = ran[0][NB07]
+    assert r["params_in_sync"] is True
+    assert len(r["param_checksums"]) == 2 and r["param_checksums"][0] == r["param_checksums"][1]
+    assert r["different_data_per_rank"] is True, "each process must train on its own share of the batches"
+
+
+def test_07_effective_batch_counts_both_devices(ran):
+    r = ran[0][NB07]
+    assert r["effective_batch"] == r["per_device_batch"] * r["grad_accum_steps"] * 2 == r["effective_batch_counted"]
+
+
+def test_07_every_process_holds_a_whole_copy(ran):
+    r = ran[0][NB07]
+    weights, optimizer = r["weights_mib_per_rank"], r["optimizer_mib_per_rank"]
+    assert len(set(weights)) == 1 and weights[0] > 0
+    assert optimizer[0] == pytest.approx(2 * weights[0], rel=0.01), "AdamW keeps two moments per weight, per process"
+
+
+def test_07_train_py_runs_under_accelerate_launch_to_the_same_weights(ran, tmp_path):
+    results, out = ran
+    shutil.copy(out / "work" / NB07 / "build" / "train.py", tmp_path)
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf")}  # no accelerate config of this machine's
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--multi_gpu",
+            "--num_processes",
+            "2",
+            "--main_process_port",
+            str(free_port()),
+            "train.py",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads((tmp_path / "ddp_result.json").read_text())
+    assert report["num_processes"] == 2 and report["backend"] == "gloo"
+    assert [c[0] for c in report["checksums"]] == results[NB07]["param_checksums"], (
+        "the script must train exactly what the notebook trained"
+    )
+
+
+def test_07_one_device_and_two_see_the_same_batch_and_the_time_is_measured(ran):
+    r, out = ran[0][NB07], ran[1]
+    assert r["grad_accum_steps_one_device"] == 2 * r["grad_accum_steps"]
+    assert r["effective_batch_one_device_counted"] == r["effective_batch_counted"] == r["effective_batch"]
+    assert len(r["losses_one_device"]) == len(r["losses_data_parallel"]) == 4  # max_steps=4 in the smoke run
+    assert r["step_seconds_one_device"] > 0 and r["step_seconds_data_parallel"] > 0
+    ratio = r["step_seconds_one_device"] / r["step_seconds_data_parallel"]
+    assert r["step_time_ratio_one_over_launched"] == pytest.approx(ratio), "the printed ratio is the measured one"
+    assert r["step_time_measured_on"] == "cpu processes"
+    assert "this says nothing about two T4s" in outputs_text(out / "notebooks" / f"{NB07}.ipynb")
+
+
+@pytest.mark.parametrize("simulated", ("T4", "T4x2"))
+def test_under_a_simulated_card_the_text_says_what_was_measured(simulated_runs, simulated):
+    run = simulated_runs[simulated]
+    r06, r07 = run.results[NB06], run.results[NB07]
+    assert set(r06["plain_kit_differing_args"]) <= {"bf16", "fp16"}, "only the precision follows the simulated card"
+    assert r07["step_time_measured_on"] == "cpu processes"
+    if simulated == "T4x2":
+        text = outputs_text(run.out / "notebooks" / f"{NB07}.ipynb")
+        assert "the T4s are simulated: no GPU ran" in text
+        assert r07["effective_batch_counted"] == r07["effective_batch_one_device_counted"] == r07["effective_batch"]

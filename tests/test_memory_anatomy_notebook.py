@@ -1,0 +1,51 @@
+"""Notebook 01 (memory anatomy): the bill, the estimate and the plan point the way its text says.
+
+They read the suite's one smoke run of every notebook (tests/conftest.py; `KIT_ONLY="01"` runs only
+this one) and check directions and identities between the recorded figures, never a typed-in result.
+"""
+
+import pytest
+from notebook_results import figures_of, source_cells
+
+NOTEBOOKS = ("01_memory_anatomy",)
+
+
+@pytest.fixture(scope="module")
+def figures(notebook_run):
+    """The figures notebook 01 recorded, from the shared smoke run on this CPU."""
+    return figures_of(notebook_run, NOTEBOOKS)
+
+
+def test_01_plan_text_names_the_plan_steps_in_the_order_of_its_table(figures):
+    r = figures["01_memory_anatomy"]
+    text = " ".join(next(t for _, _, t in source_cells(NOTEBOOKS[0]) if "`plan` starts from" in t).split())
+    named = r["plan_steps"][1:] + r["plan_skipped"]
+    positions = {s: text.find(s) for s in named}
+    assert all(p >= 0 for p in positions.values()), positions
+    taken = [positions[s] for s in r["plan_steps"][1:]]
+    assert taken == sorted(taken), "the text lists the techniques in the order the table shows them"
+
+
+def test_01_bill_estimate_and_techniques(figures):
+    r = figures["01_memory_anatomy"]
+    bill = r["bill_mib"]
+    for line in ("weights", "gradients", "optimizer"):  # techniques leave the per-parameter lines alone
+        assert bill["fp32"][line] == bill["mixed"][line] == bill["checkpointed"][line]
+    assert (
+        bill["fp32"]["gradients"] == bill["fp32"]["weights"]
+        and bill["fp32"]["optimizer"] >= 2 * bill["fp32"]["weights"]
+    )
+    a = {k: v["activations"] for k, v in bill.items()}
+    assert a["checkpointed"] < a["mixed"] < a["fp32"] and a["mixed"] > a["fp32"] / 2, "trims, does not halve"
+    assert r["activation_error_pct_worst"] < 1 and r["weight_error_pct"] == 0
+    assert set(r["step_seconds"]) == {"bf16", "bf16 + checkpointing"} and r["checkpointing_time_ratio"] > 0
+
+
+def test_01_plan_only_4_bit_weights_get_under_the_card(figures):
+    r = figures["01_memory_anatomy"]
+    steps, totals, fits = r["plan_steps"], r["plan_totals_gib"], r["plan_fits"]
+    assert steps[0] == "as asked" and steps[1] == "mixed precision" and steps[-1] == "QLoRA"
+    assert fits == [False] * (len(steps) - 1) + [True]
+    assert totals[1] >= totals[0], "mixed precision does not shrink a 7B job's total"
+    assert totals[steps.index("LoRA")] > r["plan_card_gib"] > totals[-1]
+    assert totals[steps.index("8-bit optimizer")] < totals[steps.index("gradient checkpointing")]

@@ -1,0 +1,159 @@
+"""The shape every notebook has, written once and checked on each of them.
+
+The first cell states the hardware and the run time; the install cell comes right after it; one
+parameters cell can switch the notebook to the embedded model; a student reads no maintainer words;
+every plot is followed by what to see in it, and the executed notebook shows at least one figure;
+each notebook asks at least three quick checks, every one in the bank; one folded cell at the end
+records the figures; a recap ends the notebook with two exercises, each changing a parameter. Prose
+is not capped by a word count.
+
+The static rules read the committed notebooks (kept in sync with notebooks/src by
+tests/test_notebooks.py); the last two read the suite's smoke run (tests/conftest.py).
+"""
+
+import ast
+import re
+
+import nbformat
+import pytest
+from notebook_results import STEMS, figures_of, notebook_cells, tagged
+
+from helpers.maintainer.notebooks import INSTALL_CELL
+from helpers.quickcheck.bank import load_bank
+
+MAINTAINER_WORDS = re.compile(r"smoke run|--smoke|the runner|embedded tiny model", re.I)
+EXERCISES_HEADING = "Change this, predict, run"
+# the rules some notebooks break today (each was checked only on the others before the rules were
+# written once): their tests are strict xfails there, so fixing a notebook fails until its entry goes
+NOT_YET = {
+    "end with the recap": {"03_gradient_checkpointing", "04_gradient_accumulation", "05_qlora"},
+    "ask for a prediction in each exercise": {"00_where_to_get_gpus", "01_memory_anatomy", "02_mixed_precision"},
+    "keep 'smoke' and 'runner' out of its prose": {"00_where_to_get_gpus"},
+    "say what to see after each plot": {"06_experiment_tracking", "07_kaggle_t4x2", "08_capstone"},
+}
+
+
+def parameter_names(nb):
+    """The names the notebook's one parameters cell assigns."""
+    (params,) = [c for c in nb if tagged(c, "parameters")]
+    return {t.id for node in ast.parse(params.source).body for t in getattr(node, "targets", [])}
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_notebook_shape(stem):
+    nb = notebook_cells(stem)
+    first = nb[0].source
+    assert nb[0].cell_type == "markdown"
+    assert "**Hardware:**" in first and "**Time:**" in first, "the first cell states hardware and run time"
+    (install,) = [c for c in nb if tagged(c, "install")]
+    assert install.source == INSTALL_CELL
+    assert nb.index(install) == 1, "the install cell comes right after the title"
+    assert "smoke" in parameter_names(nb), "every notebook can be switched to the embedded model"
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_one_folded_record_cell_holds_every_record_call(stem):
+    nb = notebook_cells(stem)
+    code = [c for c in nb if c.cell_type == "code"]
+    (record,) = [c for c in nb if tagged(c, "record")]
+    recording = [c for c in code if "helpers.record(" in c.source]
+    assert recording == [record], "every helpers.record(...) call lives in the one cell tagged record"
+    assert record is code[-1], "the record cell is the last code cell"
+    assert record.metadata.get("jupyter", {}).get("source_hidden") is True, "it starts folded"
+    note = nb[nb.index(record) - 1]
+    assert note.cell_type == "markdown" and "saves this run's figures" in note.source, (
+        "a one-line markdown says what the record cell is"
+    )
+
+
+def recap_of(nb):
+    """The recap: the last markdown cell but one at most (the record cell's note may follow it)."""
+    ending = [c for c in nb if c.cell_type == "markdown"][-2:]
+    recaps = [c for c in ending if "In this notebook we:" in c.source]
+    assert recaps, "a recap ends the notebook"
+    return recaps[-1]
+
+
+def exercises_of(nb):
+    """The numbered items after the recap's exercises heading, by number."""
+    recap = recap_of(nb).source
+    assert EXERCISES_HEADING in recap
+    exercises = recap.split(EXERCISES_HEADING)[1]
+    assert len(re.findall(r"(?m)^\d\. ", exercises)) == 2, "two exercises"
+    return {number: exercises.split(f"\n{number} ")[1].split("\n\n")[0] for number in ("1.", "2.")}
+
+
+def not_yet(rule):
+    """The notebooks, each marked xfail(strict) where it breaks `rule` today: fix the notebook, then its entry."""
+    return [
+        pytest.param(stem, marks=pytest.mark.xfail(strict=True, reason=f"{stem} does not yet {rule}"))
+        if stem in NOT_YET[rule]
+        else stem
+        for stem in STEMS
+    ]
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_the_recap_ends_with_two_exercises_on_the_parameters_cell(stem):
+    nb = notebook_cells(stem)
+    names = parameter_names(nb)
+    for number, item in exercises_of(nb).items():  # each one changes a parameter of the parameters cell
+        assert any(f"`{n} = " in item for n in names), f"{stem} exercise {number}: {item!r}"
+
+
+@pytest.mark.parametrize("stem", not_yet("end with the recap"))
+def test_the_recap_is_the_last_cell(stem):
+    nb = notebook_cells(stem)
+    assert nb[-1] is recap_of(nb), "the recap is the notebook's last cell, after the record cell"
+
+
+@pytest.mark.parametrize("stem", not_yet("ask for a prediction in each exercise"))
+def test_each_exercise_asks_for_a_prediction(stem):
+    for number, item in exercises_of(notebook_cells(stem)).items():
+        assert "Predict" in item, f"{stem} exercise {number}: {item!r}"
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_a_student_reads_no_maintainer_words(stem):
+    nb = notebook_cells(stem)
+    markdown = "\n".join(c.source for c in nb if c.cell_type == "markdown")
+    comments = "\n".join(line for c in nb if c.cell_type == "code" for line in c.source.splitlines() if "#" in line)
+    assert not MAINTAINER_WORDS.search(markdown + comments), MAINTAINER_WORDS.search(markdown + comments)
+    (params,) = [c for c in nb if tagged(c, "parameters")]
+    assert "runner" not in params.source and "--smoke" not in params.source
+
+
+@pytest.mark.parametrize("stem", not_yet("keep 'smoke' and 'runner' out of its prose"))
+def test_the_prose_never_says_smoke_or_runner(stem):
+    markdown = " ".join(c.source for c in notebook_cells(stem) if c.cell_type == "markdown")
+    for word in ("smoke", "runner"):
+        assert word not in markdown.lower(), f"{stem}: a student reads {word!r}"
+
+
+@pytest.mark.parametrize("stem", not_yet("say what to see after each plot"))
+def test_every_plot_is_followed_by_what_to_see_in_it(stem):
+    nb = notebook_cells(stem)
+    plots = [i for i, c in enumerate(nb) if c.cell_type == "code" and re.search(r"plt\.show\(\)|= plot\(", c.source)]
+    assert plots, "at least one plot"
+    for i in plots:
+        assert "What to see" in nb[i + 1].source, f"the markdown after the plot in cell {i} says what to see in it"
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_every_quick_check_cell_has_its_question_and_there_are_at_least_three(stem):
+    asked = re.findall(r'check\("(q\d\d_\d)"', "\n".join(c.source for c in notebook_cells(stem)))
+    bank = [q.id for q in load_bank(stem[:2])]
+    assert len(asked) >= 3 and asked == bank
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_each_notebook_runs_headless(notebook_run, stem):
+    figures_of(notebook_run, [stem])  # status ok; its seconds printed, not judged (timings flake on a loaded machine)
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_each_notebook_shows_a_plot(notebook_run, stem):
+    figures_of(notebook_run, [stem])
+    nb = nbformat.read(notebook_run.out / "notebooks" / f"{stem}.ipynb", as_version=4)
+    images = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+    assert images, f"{stem} drew no figure"
