@@ -14,7 +14,7 @@ PY := $(VENV)/bin/python
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.installed
 E2E_STAMP := $(VENV)/.e2e-installed
-# leaves out the tests that read the shared notebook run, and nbval (it collects notebooks/, not tests/)
+# leaves out the tests that read the shared notebook runs (the smoke runs and nbval's, tests/conftest.py)
 FAST_ARGS := -m "not notebooks" tests
 
 .PHONY: setup run test test-fast test-runtimes e2e lint format notebooks clean

@@ -13,7 +13,8 @@ Each session, in order:
    the runtime file so that none of them moves a runtime library;
 3. the kit, installed by the notebooks' own install cell (scripts/measure_install.py --run-in),
    exactly as a student's Run all does it: it must leave the runtime working;
-4. the unit tests (`-m "not notebooks"`), then every notebook headless (`helpers run --smoke`).
+4. the unit tests (`-m "not notebooks"`) and, beside them on the other core, every notebook
+   headless (`helpers run --smoke`); the session ends with a line of what each step took.
 
 Steps 1-2 are kept between runs: the venvs live outside the clone, in $KIT_RUNTIMES_DIR (default
 ~/.cache/compute-realities-kit/runtimes), and are rebuilt only when their runtime file,
@@ -30,6 +31,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import nox
@@ -39,6 +41,7 @@ RUNTIMES_DIR = ROOT / "tests" / "runtimes"
 # runtime -> (its Python, the card its notebooks run under: helpers run --simulate)
 RUNTIMES = {"colab": ("3.13", "T4"), "kaggle": ("3.12", "T4x2")}
 DISTRIBUTION = "compute-realities-kit"  # pyproject.toml's name, as helpers.maintainer.notebooks.DISTRIBUTION
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # two lanes on two cores: each process keeps to its own
 
 nox.options.envdir = os.environ.get("KIT_RUNTIMES_DIR") or str(Path.home() / ".cache/compute-realities-kit/runtimes")
 nox.options.reuse_venv = "yes"  # unless the session says otherwise: see _reuse
@@ -101,24 +104,45 @@ def tools(runtime: str) -> list[str]:
 
 
 def run_runtime(session: nox.Session, runtime: str, card: str) -> None:
-    runtime_file = str(RUNTIMES_DIR / f"{runtime}.txt")
+    runtime_file, times = str(RUNTIMES_DIR / f"{runtime}.txt"), {}
+    start = time.perf_counter()
     if not (stamp(runtime).exists() and stamp(runtime).read_text() == key(runtime)):
         session.install("-r", runtime_file)
         session.install("-c", runtime_file, *tools(runtime))
         stamp(runtime).write_text(key(runtime))
+        times["runtime venv built"] = time.perf_counter() - start
     session.run("python", "-m", "pip", "uninstall", "-q", "-y", DISTRIBUTION)  # the install cell brings it
     python = str(Path(session.bin) / "python")
+    mark = time.perf_counter()
     session.run("python", "scripts/measure_install.py", "--run-in", python)
+    times["install cell"] = time.perf_counter() - mark
     session.run("python", "-m", "pip", "check", success_codes=[0, 1])  # printed for the record: runtimes have conflicts
     versions = (
         "import sys, torch, transformers; print(sys.version.split()[0], torch.__version__, transformers.__version__)"
     )
     session.run("python", "-c", versions)
-    # KIT_RUNTIME: the tests that check installed versions read this runtime's file, not requirements-dev.txt
-    tests = ["-m", "pytest", "-m", "not notebooks", "tests", "-q", *session.posargs]
-    session.run("python", *tests, env={"KIT_RUNTIME": runtime})
-    out = str(ROOT / "build" / "runtimes" / runtime)
-    session.run("python", "-m", "helpers", "run", "--smoke", "--simulate", card, "--out", out)
+    # the notebooks on one core (a process of their own), the unit tests on the other, as in make test
+    out = ROOT / "build" / "runtimes" / runtime
+    out.mkdir(parents=True, exist_ok=True)
+    notebooks = [python, "-m", "helpers", "run", "--smoke", "--simulate", card, "--out", str(out)]
+    session.log(f"{' '.join(notebooks)} > {out}/run.log, beside the unit tests")
+    mark = time.perf_counter()
+    with open(out / "run.log", "w") as log:
+        environment = os.environ | ONE_THREAD
+        beside = subprocess.Popen(notebooks, stdout=log, stderr=subprocess.STDOUT, env=environment, cwd=ROOT)
+    try:
+        # KIT_RUNTIME: the tests that check installed versions read this runtime's file, not requirements-dev.txt
+        tests = ["-m", "pytest", "-m", "not notebooks", "tests", "-q", *session.posargs]
+        session.run("python", *tests, env={"KIT_RUNTIME": runtime, **ONE_THREAD})
+        times["unit tests"] = time.perf_counter() - mark
+    finally:
+        code = beside.wait()
+        times["notebooks (beside them)"] = time.perf_counter() - mark
+        print((out / "run.log").read_text())
+    times["session"] = time.perf_counter() - start
+    session.log(f"{runtime}: " + ", ".join(f"{what} {seconds:.0f} s" for what, seconds in times.items()))
+    if code != 0:
+        session.error(f"a notebook failed under {runtime}'s runtime: {out}/run.log and {out}/summary.md say which")
 
 
 def _define(runtime: str, python: str, card: str) -> None:

@@ -2,11 +2,14 @@
 
 Executing the notebooks is the slow part of the suite. `python -m helpers run --smoke` runs them all
 on this CPU (`notebook_run`), then under a simulated T4 and a simulated Kaggle T4 x2
-(`simulated_runs`, `helpers.simulate`; the T4 x2 run takes the notebooks listed in `ONLY`). The runs
+(`simulated_runs`, `helpers.simulate`; each takes the notebooks listed in `ONLY`). The runs
 start one after another in a background thread as soon as collection finds a test that needs them,
 so they use one core while the unit tests use the other; each fixture waits for its own run. Tests
-that read a run are marked `notebooks` (`make test-fast` deselects them). The same core then rebuilds
-the embedded model (`rebuilt_tiny_model`) for tests/test_models.py to compare with the shipped one.
+that read a run are marked `notebooks` (`make test-fast` deselects them). The same core then runs
+the committed notebooks as they are through nbval (`committed_notebooks`), so each lane takes about
+as long as the other; the embedded model's rebuild (`rebuilt_tiny_model`, for tests/test_models.py
+to compare with the shipped one) runs in the foreground. The suite's last line says what each
+background run took.
 
 Every run is given a planted wandb key and Hub token (fakes, named as such) and a wandb server that
 refuses connections, so notebook 06 takes the "key found, server unreachable" path and a test can
@@ -25,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,13 +38,17 @@ FAKE_WANDB_KEY = "local-fake-" + "9d2e4b7c1a" * 4  # the shape of a wandb key; n
 FAKE_HF_TOKEN = "hf_plantedFakeTokenForTheNotebookLeakTest01"
 TIMEOUT_S = 1200  # one run on a loaded 2-core machine takes about 1.5-4 minutes
 SIMULATED = ("T4", "T4x2")
-# a second card changes nothing for the single-GPU notebooks (each sees one card: 00 records it),
-# so the T4 x2 run takes the notebooks whose figures the tests read under it, and 07's two processes
-ONLY = {"T4x2": ("00", "02", "06", "07", "08")}
+# each notebook runs under one simulated card: those a second card could confuse (00 counts the
+# cards, 02 picks the precision, 06 and 08 train with the Trainer, whose n_gpu counts what it sees)
+# under T4 x2, where the single-GPU pin must leave them one T4, as a Colab T4 has; the rest under T4;
+# 07, whose launch follows the card count, under both
+ONLY = {"T4": ("01", "03", "04", "05", "07"), "T4x2": ("00", "02", "06", "07", "08")}
 # fixture -> the runs it reads ("cpu": the real machine; a card name: that card simulated); last, on
-# the same core, the embedded model rebuilt by scripts/build_tiny_model.py (a minute of one core)
-FIXTURES = {"notebook_run": ("cpu",), "simulated_runs": SIMULATED, "rebuilt_tiny_model": ("tiny-model",)}
-NOTEBOOK_FIXTURES = ("notebook_run", "simulated_runs")
+# the same core, the committed notebooks as they are, through nbval ("nbval": default parameters, as
+# a student's Run all). The embedded model's rebuild (`rebuilt_tiny_model`, under a minute) runs in
+# the foreground instead: the two lanes then take about as long as each other.
+FIXTURES = {"notebook_run": ("cpu",), "simulated_runs": SIMULATED, "committed_notebooks": ("nbval",)}
+NOTEBOOK_FIXTURES = ("notebook_run", "simulated_runs", "committed_notebooks")
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -55,6 +63,7 @@ class NotebookRun:
     out: Path
     results: dict = field(default_factory=dict)
     only: tuple[str, ...] = ()  # the notebooks it was asked to run, by number; () for all
+    seconds: float = 0.0  # wall-clock of the run, for the suite's closing summary (never asserted)
     planted_secrets: tuple[str, ...] = (FAKE_WANDB_KEY, FAKE_HF_TOKEN)
 
     @property
@@ -105,11 +114,16 @@ def _execute(name: str) -> NotebookRun:
     only = tuple(os.environ.get("KIT_ONLY", "").split()) or ONLY.get(name, ())
     for number in only:
         command += ["--only", number]
+    environment = _environment(out)
     if name == "tiny-model":
         build = [sys.executable, str(REPO / "scripts" / "build_tiny_model.py"), "--out", str(out)]
         command, only = [*build, "--losses", str(out / "losses.json")], ()
+    if name == "nbval":  # this session's environment (the Hub and wandb offline), one thread, no planted keys
+        command, only = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO / "notebooks")], ()
+        environment = os.environ | {"OMP_NUM_THREADS": "1"}
+    start = time.perf_counter()
     with (out / "stdout.txt").open("w+") as stdout, (out / "stderr.txt").open("w+") as stderr:
-        process = subprocess.Popen(command, stdout=stdout, stderr=stderr, env=_environment(out))
+        process = subprocess.Popen(command, stdout=stdout, stderr=stderr, env=environment, cwd=REPO)
         _processes.append(process)
         try:
             process.wait(timeout=TIMEOUT_S)
@@ -118,6 +132,7 @@ def _execute(name: str) -> NotebookRun:
             process.wait()
         stdout.seek(0), stderr.seek(0)
         run = NotebookRun(process.returncode, stdout.read(), stderr.read(), out, only=only)
+    run.seconds = time.perf_counter() - start
     run.results = {p.stem: json.loads(p.read_text()) for p in sorted((out / "results").glob("*.json"))}
     return run
 
@@ -163,6 +178,13 @@ def pytest_sessionfinish(session):
             process.wait()
 
 
+def pytest_terminal_summary(terminalreporter):
+    """One line: what each background run cost its core, to see where the suite's time goes."""
+    if _runs:
+        costs = ", ".join(f"{name} {run.seconds:.0f} s" for name, run in _runs.items())
+        terminalreporter.write_line(f"background runs, one after another on one core: {costs}")
+
+
 def _wait(name: str) -> NotebookRun:
     if name not in _done:  # collected late (e.g. by a plugin): run it now
         _start([name])
@@ -178,8 +200,14 @@ def notebook_run() -> NotebookRun:
 
 @pytest.fixture(scope="session")
 def rebuilt_tiny_model() -> NotebookRun:
-    """scripts/build_tiny_model.py's rebuild of the embedded model, in `out`."""
-    return _wait("tiny-model")
+    """scripts/build_tiny_model.py's rebuild of the embedded model, in `out` (run here, in the foreground)."""
+    return _execute("tiny-model")
+
+
+@pytest.fixture(scope="session")
+def committed_notebooks() -> NotebookRun:
+    """nbval's run of every committed notebook as it is (pytest notebooks/, with --nbval-lax from pyproject.toml)."""
+    return _wait("nbval")
 
 
 @pytest.fixture(scope="session")

@@ -71,3 +71,11 @@ def learned(r, steps, curve=True):
     assert r["loss_after"] < r["loss_before"], "fine-tuning lowers the loss of the same fixed batch"
     if curve:  # each step's loss is on its own batch: judged on averages of five
         assert statistics.fmean(losses[-5:]) < statistics.fmean(losses[:5]), "the training curve falls"
+
+
+def simulated_figures(simulated_runs) -> dict[str, dict]:
+    """Every notebook's figures from the simulated run that ran it (tests/conftest.py, ONLY; 07's from T4 x2)."""
+    merged = {}
+    for run in simulated_runs.values():  # T4, then T4 x2
+        merged |= run.results
+    return merged

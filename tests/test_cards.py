@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from notebook_results import simulated_figures
 
 from helpers import env, models, simulate
 from helpers._util import GIB, MIB
@@ -162,7 +163,7 @@ def test_the_python_floor_is_what_the_pinned_libraries_need():
 
 
 # ---------------------------------------------------------------------------------------------
-# every notebook under a simulated T4, and those a second card concerns under T4 x2 (tests/conftest.py, ONLY)
+# each notebook under one simulated card, 07 under both (tests/conftest.py, ONLY)
 
 
 def _numbers(value):
@@ -204,15 +205,18 @@ def test_every_notebook_says_it_is_a_simulation(simulated_runs, simulated):
         assert f"SIMULATED {simulated}" in text, f"{stem} shows no simulation banner"
 
 
-@pytest.mark.parametrize("simulated", ("T4", "T4x2"))
-def test_the_card_picks_fp16_and_the_effective_batch_is_what_each_notebook_states(simulated_runs, simulated):
-    r = simulated_runs[simulated].results
+def test_the_card_picks_fp16_and_the_effective_batch_is_what_each_notebook_states(simulated_runs):
+    r = simulated_figures(simulated_runs)
     assert r["00_where_to_get_gpus"]["precision"] == "fp16" and r["02_mixed_precision"]["precision"] == "fp16"
     assert r["00_where_to_get_gpus"]["gpu_name"] == "Tesla T4 (simulated)"
     assert r["00_where_to_get_gpus"]["gpu_count"] == 1, "the single-GPU notebooks see one card, even on T4 x2"
-    if simulated == "T4":  # the T4 x2 run leaves 04 out (tests/conftest.py, ONLY)
-        assert r["04_gradient_accumulation"]["effective_batch"] == 16  # 2 x 8 x 1, as its text says
+    assert r["04_gradient_accumulation"]["effective_batch"] == 16  # 2 x 8 x 1, as its text says
     assert r["08_capstone"]["effective_batch"] == 16 and r["08_capstone"]["effective_batch_parts"] == [1, 16, 1]
     assert r["06_experiment_tracking"]["manifest_effective_batch"] == 8
+
+
+@pytest.mark.parametrize("simulated", ("T4", "T4x2"))
+def test_07_launches_one_process_per_simulated_card(simulated_runs, simulated):
+    r07 = simulated_runs[simulated].results["07_kaggle_t4x2"]
     devices = 2 if simulated == "T4x2" else 1
-    assert r["07_kaggle_t4x2"]["num_processes"] == devices and r["07_kaggle_t4x2"]["gpu_count"] == devices
+    assert r07["num_processes"] == devices and r07["gpu_count"] == devices

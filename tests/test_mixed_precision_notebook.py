@@ -7,7 +7,7 @@ They read the suite's smoke runs (tests/conftest.py; `KIT_ONLY="02"` runs only t
 import math
 
 import pytest
-from notebook_results import figures_of
+from notebook_results import figures_of, simulated_figures
 
 NOTEBOOKS = ("02_mixed_precision",)
 
@@ -27,10 +27,9 @@ def test_02_fine_tune_lowers_the_held_out_loss_with_the_plain_recipe_equal_to_th
     assert 0.5 < ratio < 1, "16 bits shrink the activations by less than half"
 
 
-@pytest.mark.parametrize("simulated", ("T4", "T4x2"))
-def test_a_simulated_t4_trains_02_in_fp16_and_00_plans_for_its_memory(simulated_runs, simulated):
-    run = simulated_runs[simulated]
-    assert run.returncode == 0, run.printed
-    r00, r02 = run.results["00_where_to_get_gpus"], run.results["02_mixed_precision"]
+def test_a_simulated_t4_trains_02_in_fp16_and_00_plans_for_its_memory(simulated_runs):
+    assert all(run.returncode == 0 for run in simulated_runs.values())
+    r = simulated_figures(simulated_runs)
+    r00, r02 = r["00_where_to_get_gpus"], r["02_mixed_precision"]
     assert r00["budget_gib"] == pytest.approx(r00["gpu_memory_gib"], abs=0.01)
     assert r02["trained_in"] == "fp16" and r02["args_differ_from_shortcut"] == []

@@ -116,11 +116,13 @@ def test_test_tools_stay_out_of_what_students_install_and_the_tests_get_every_pi
     for tool in ("pytest", "nbval", "papermill", "ruff", "jupytext", "ipykernel", "nbstripout"):
         assert tool not in students and tool in exact_pins("requirements-dev.txt"), tool
     dev = exact_pins("requirements-dev.txt")
-    installed = {name: version(name) for name in dev}
     runtime = os.environ.get("KIT_RUNTIME")  # set by the runtime matrix (noxfile.py): Colab's or Kaggle's libraries
     if not runtime:
+        installed = {name: version(name) for name in dev}
         assert installed == dev, "run `make setup`: the tests run against the exact pins"
         return
+    # nox drives the matrix from the kit's own venv: the runtime does not get it
+    installed = {name: version(name) for name in dev if name != "nox"}
     # there each library is the kit's pin (the install cell forced it) or the runtime's own (kept), never a third
     kept = exact_pins(f"tests/runtimes/{runtime}.txt")
     drifted = {n: v for n, v in installed.items() if v not in (dev[n], kept.get(n))}
@@ -163,3 +165,12 @@ def test_source_without_install_cell_says_how_to_add_one(scratch):
     scratch.write_text(scratch.read_text().replace('# %% tags=["install"]', "# %%"))
     with pytest.raises(ValueError, match=r'no install cell: add a cell starting with # %% tags=\["install"\]'):
         notebooks.problems(scratch.parent)
+
+
+def test_every_committed_notebook_runs_as_committed_under_nbval(committed_notebooks):
+    # nbval executes each code cell as committed (default parameters, as a student's Run all on a
+    # CPU): one test per cell, run in the background (tests/conftest.py, committed_notebooks)
+    run = committed_notebooks
+    assert run.returncode == 0, run.printed[-5000:]
+    cells = sum(1 for path in IPYNBS for cell in load(path)["cells"] if cell["cell_type"] == "code")
+    assert re.search(rf"^{cells} passed", run.stdout, re.M), run.stdout[-2000:]
