@@ -43,8 +43,9 @@ RUNTIMES = {"colab": ("3.13", "T4"), "kaggle": ("3.12", "T4x2")}
 DISTRIBUTION = "compute-realities-kit"  # pyproject.toml's name, as helpers.maintainer.notebooks.DISTRIBUTION
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # two lanes on two cores: each process keeps to its own
 
+# set the folder with KIT_RUNTIMES_DIR, not nox's --envdir: the venvs' stamps are read from here
 nox.options.envdir = os.environ.get("KIT_RUNTIMES_DIR") or str(Path.home() / ".cache/compute-realities-kit/runtimes")
-nox.options.reuse_venv = "yes"  # unless the session says otherwise: see _reuse
+nox.options.reuse_venv = "yes"  # unless the session says otherwise: see built()
 nox.options.error_on_missing_interpreters = True  # a runtime not tested is a failure, not a skip
 nox.options.download_python = "never"  # Pythons come from pyenv or the system, never from the network
 nox.options.sessions = list(RUNTIMES)
@@ -90,10 +91,10 @@ def stamp(runtime: str) -> Path:
     return Path(nox.options.envdir) / runtime / ".kit-runtime-key"
 
 
-def _reuse(runtime: str) -> bool | None:
-    """None (reuse, per nox.options) while the venv was built from today's files; False (rebuild) otherwise."""
+def built(runtime: str) -> bool:
+    """Whether the runtime's venv holds what today's files ask for (its stamp says their key)."""
     path = stamp(runtime)
-    return None if path.exists() and path.read_text() == key(runtime) else False
+    return path.exists() and path.read_text() == key(runtime)
 
 
 def tools(runtime: str) -> list[str]:
@@ -106,7 +107,7 @@ def tools(runtime: str) -> list[str]:
 def run_runtime(session: nox.Session, runtime: str, card: str) -> None:
     runtime_file, times = str(RUNTIMES_DIR / f"{runtime}.txt"), {}
     start = time.perf_counter()
-    if not (stamp(runtime).exists() and stamp(runtime).read_text() == key(runtime)):
+    if not built(runtime):
         session.install("-r", runtime_file)
         session.install("-c", runtime_file, *tools(runtime))
         stamp(runtime).write_text(key(runtime))
@@ -150,7 +151,8 @@ def _define(runtime: str, python: str, card: str) -> None:
         run_runtime(s, runtime, card)
 
     session.__doc__ = f"Python {python} and {runtime.capitalize()}'s libraries; notebooks under a simulated {card}"
-    nox.session(name=runtime, python=find_python(python), reuse_venv=_reuse(runtime))(session)
+    # reuse_venv None: reused (nox.options.reuse_venv); False: rebuilt from scratch, its old libraries gone
+    nox.session(name=runtime, python=find_python(python), reuse_venv=None if built(runtime) else False)(session)
 
 
 for _runtime, (_python, _card) in RUNTIMES.items():

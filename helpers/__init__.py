@@ -13,6 +13,7 @@ notebook                    module (what it holds)
 07 Kaggle T4 x2             memory (read_gpu_memory: NVML, CUDA untouched)
 08 capstone                 resume (after a disconnect), manifest, live, qlora
 every notebook              results (`record`), quickcheck/ (quick checks, grading)
+the install cell            install (what pip changed in the runtime; what it broke, mended or named)
 
 Maintainer tooling (`maintainer/`: the notebook builder, the Colab/Kaggle badges, the headless
 runner) and the command line (`python -m helpers`) sit apart from what students import. Modules

@@ -15,7 +15,7 @@ Every run is given a planted wandb key and Hub token (fakes, named as such) and 
 refuses connections, so notebook 06 takes the "key found, server unreachable" path and a test can
 look for the planted values in everything the run printed or wrote.
 
-While editing a few notebooks, `KIT_ONLY="02 03" pytest tests/test_notebooks.py` runs only those
+While editing a notebook, `KIT_ONLY="02" pytest tests/test_mixed_precision_notebook.py` runs only that one
 (the tests of the others then fail for want of their figures: read only your own).
 """
 

@@ -1,7 +1,7 @@
 """Notebook 02 (mixed precision): the fine-tune learns, the plain recipe is the shortcut, a T4 trains in fp16.
 
-They read the suite's smoke runs (tests/conftest.py; `KIT_ONLY="02"` runs only this one). Notebook
-02's number-format figures are checked in tests/test_techniques.py::test_02_figures.
+They read the suite's smoke runs (tests/conftest.py; `KIT_ONLY="02"` runs only this one). The
+techniques themselves are proved against reference computations in tests/test_techniques.py.
 """
 
 import math
@@ -33,3 +33,19 @@ def test_a_simulated_t4_trains_02_in_fp16_and_00_plans_for_its_memory(simulated_
     r00, r02 = r["00_where_to_get_gpus"], r["02_mixed_precision"]
     assert r00["budget_gib"] == pytest.approx(r00["gpu_memory_gib"], abs=0.01)
     assert r02["trained_in"] == "fp16" and r02["args_differ_from_shortcut"] == []
+
+
+def test_02_figures(figures):
+    r = figures["02_mixed_precision"]
+    assert r["precision"] == "fp32"  # no GPU here
+    assert r["fp16_max"] == 65504.0 and r["fp16_overflows_past_max"] and r["bf16_of_70000"] == 70144.0
+    assert r["softmax_of_inf_is_nan"]
+    assert r["fp16_grad_without_scaling"] == 0.0 and r["loss_scaled_grad_relative_error"] < 1e-3
+    assert r["overflow_step_skipped"] and r["loss_scale_after_overflow"] == 2.0**15
+    assert r["weights_mib"]["bf16"] * 2 == pytest.approx(r["weights_mib"]["fp32"], abs=0.002)
+    assert r["activations_mib"]["bf16"] < r["activations_mib"]["fp32"]
+    assert r["activations_predicted_mib"] == r["activations_mib"]  # the estimator, to the byte on CPU
+    assert r["mlp_activation_ratio_bf16"] == 0.5 and 0.5 < r["mlp_activation_ratio_autocast"] < 0.6
+    assert set(r["step_seconds"]) == {"fp32", "bf16"} and all(s > 0 for s in r["step_seconds"].values())
+    assert r["audit_codes"] == ["bf16_emulated", "fp16_ignored_on_cpu"]
+    assert math.isfinite(r["train_loss"])
