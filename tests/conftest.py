@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from notebook_results import figures_of
 
 FAKE_WANDB_KEY = "local-fake-" + "9d2e4b7c1a" * 4  # the shape of a wandb key; never a real one
 FAKE_HF_TOKEN = "hf_plantedFakeTokenForTheNotebookLeakTest01"
@@ -196,6 +197,18 @@ def _wait(name: str) -> NotebookRun:
 def notebook_run() -> NotebookRun:
     """The smoke run of every notebook on this CPU."""
     return _wait("cpu")
+
+
+@pytest.fixture(scope="module")
+def figures(request, notebook_run) -> dict[str, dict]:
+    """The figures the test module's NOTEBOOKS recorded in the smoke run on this CPU, each checked ok."""
+    return figures_of(notebook_run, request.module.NOTEBOOKS)
+
+
+@pytest.fixture(scope="module")
+def ran(figures, notebook_run) -> tuple[dict[str, dict], Path]:
+    """(figures by stem, the run's output folder: executed notebooks, summary) for the module's NOTEBOOKS."""
+    return figures, notebook_run.out
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from notebook_results import figures_of, outputs_text
+from notebook_results import outputs_text
 
 from helpers.maintainer.notebooks import NOTEBOOKS_DIR
 from helpers.manifest import load_manifest
@@ -21,12 +21,6 @@ from helpers.resume import check_checkpoint, list_checkpoints
 
 NB08 = "08_capstone"
 NOTEBOOKS = (NB08,)
-
-
-@pytest.fixture(scope="module")
-def ran(notebook_run):
-    """(figures by stem, output folder) of the suite's smoke run on this CPU."""
-    return figures_of(notebook_run, NOTEBOOKS), notebook_run.out
 
 
 def test_08_the_fine_tune_lowers_the_held_out_loss_and_both_answers_are_recorded(ran):

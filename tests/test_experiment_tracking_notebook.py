@@ -21,12 +21,6 @@ MINE = (NB06, "07_kaggle_t4x2", "08_capstone")  # the notebooks whose learning r
 
 
 @pytest.fixture(scope="module")
-def ran(notebook_run):
-    """(figures by stem, output folder) of the suite's smoke run on this CPU."""
-    return figures_of(notebook_run, NOTEBOOKS), notebook_run.out
-
-
-@pytest.fixture(scope="module")
 def run(notebook_run):
     """(figures by notebook, output folder, what the runner printed), from the shared smoke run."""
     return figures_of(notebook_run, NOTEBOOKS), notebook_run.out, notebook_run.printed

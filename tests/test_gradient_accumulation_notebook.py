@@ -6,15 +6,9 @@ number typed in from a run: the embedded model's weights may be trained again.
 """
 
 import pytest
-from notebook_results import figures_of, learned
+from notebook_results import learned
 
 NOTEBOOKS = ("04_gradient_accumulation",)
-
-
-@pytest.fixture(scope="module")
-def figures(notebook_run):
-    """The figures notebook 04 recorded, from the shared smoke run on this CPU."""
-    return figures_of(notebook_run, NOTEBOOKS)
 
 
 def test_04_accumulation_gives_the_large_batchs_gradients(figures):

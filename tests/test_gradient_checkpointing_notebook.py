@@ -5,16 +5,9 @@ this one). Every assertion checks a direction or an identity from the recorded f
 number typed in from a run: the embedded model's weights may be trained again.
 """
 
-import pytest
-from notebook_results import figures_of, learned
+from notebook_results import learned
 
 NOTEBOOKS = ("03_gradient_checkpointing",)
-
-
-@pytest.fixture(scope="module")
-def figures(notebook_run):
-    """The figures notebook 03 recorded, from the shared smoke run on this CPU."""
-    return figures_of(notebook_run, NOTEBOOKS)
 
 
 def test_03_checkpointing_trades_activations_for_time(figures):

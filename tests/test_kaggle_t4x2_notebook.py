@@ -16,17 +16,11 @@ import subprocess
 import sys
 
 import pytest
-from notebook_results import figures_of, outputs_text, simulated_figures
+from notebook_results import outputs_text, simulated_figures
 
 NB06, NB07 = "06_experiment_tracking", "07_kaggle_t4x2"
 NOTEBOOKS = (NB07,)
 TIMEOUT_S = 600  # for each subprocess, generous for a loaded machine
-
-
-@pytest.fixture(scope="module")
-def ran(notebook_run):
-    """(figures by stem, output folder) of the suite's smoke run on this CPU."""
-    return figures_of(notebook_run, NOTEBOOKS), notebook_run.out
 
 
 def free_port() -> int:

@@ -4,16 +4,9 @@ They read the suite's one smoke run of every notebook (tests/conftest.py; `KIT_O
 this one) and check directions and identities between the recorded figures, never a typed-in result.
 """
 
-import pytest
-from notebook_results import figures_of, source_cells
+from notebook_results import source_cells
 
 NOTEBOOKS = ("01_memory_anatomy",)
-
-
-@pytest.fixture(scope="module")
-def figures(notebook_run):
-    """The figures notebook 01 recorded, from the shared smoke run on this CPU."""
-    return figures_of(notebook_run, NOTEBOOKS)
 
 
 def test_01_plan_text_names_the_plan_steps_in_the_order_of_its_table(figures):

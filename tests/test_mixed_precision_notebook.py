@@ -7,15 +7,9 @@ techniques themselves are proved against reference computations in tests/test_te
 import math
 
 import pytest
-from notebook_results import figures_of, simulated_figures
+from notebook_results import simulated_figures
 
 NOTEBOOKS = ("02_mixed_precision",)
-
-
-@pytest.fixture(scope="module")
-def figures(notebook_run):
-    """The figures notebook 02 recorded, from the shared smoke run on this CPU."""
-    return figures_of(notebook_run, NOTEBOOKS)
 
 
 def test_02_fine_tune_lowers_the_held_out_loss_with_the_plain_recipe_equal_to_the_shortcut(figures):

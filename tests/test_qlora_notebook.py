@@ -7,19 +7,13 @@ typed in from a run: the embedded model's weights may be trained again.
 """
 
 import pytest
-from notebook_results import figures_of, learned
+from notebook_results import learned
 
 from helpers import GIB
 from helpers.catalog import gpu_bytes
 from helpers.models import EMBEDDED_DIR
 
 NOTEBOOKS = ("05_qlora",)
-
-
-@pytest.fixture(scope="module")
-def figures(notebook_run):
-    """The figures notebook 05 recorded, from the shared smoke run on this CPU."""
-    return figures_of(notebook_run, NOTEBOOKS)
 
 
 def test_05_each_format_is_smaller_than_the_last(figures):

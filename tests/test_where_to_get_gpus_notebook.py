@@ -13,17 +13,11 @@ import re
 
 import pytest
 import torch
-from notebook_results import figures_of, source_cells
+from notebook_results import source_cells
 
 from helpers.models import load_model
 
 NOTEBOOKS = ("00_where_to_get_gpus",)
-
-
-@pytest.fixture(scope="module")
-def figures(notebook_run):
-    """The figures notebook 00 recorded, from the shared smoke run on this CPU."""
-    return figures_of(notebook_run, NOTEBOOKS)
 
 
 def test_00_cites_a_source_and_a_date_for_each_way_to_get_a_gpu():
