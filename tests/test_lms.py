@@ -104,7 +104,8 @@ def test_several_submissions_for_one_student_keep_the_best_and_say_so(tmp_path, 
     roster = write(tmp_path, "c.csv", CANVAS_ROSTER)
     run = grade([subs], tmp_path / "c_out.csv", roster=read_roster(roster, "canvas"))
     assert rows(run.csv_path.read_text())[2][5] == "4"
-    assert "### Several submissions for one student (the highest total was written) (1)" in run.report_path.read_text()
+    report = run.report_path.read_text()
+    assert "### Several submissions for one student and notebook (the highest total was written) (1)" in report
 
 
 def test_hostile_roster_strings_are_escaped_in_the_file_and_the_report(tmp_path, subs):

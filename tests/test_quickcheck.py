@@ -638,6 +638,7 @@ def test_correct_wrong_and_partial_submissions(tmp_path):
         "file",
         "student_id",
         "status",
+        "notebook",
         "q00_1",
         "q00_2",
         "q00_3",
@@ -671,7 +672,7 @@ def test_correct_wrong_and_partial_submissions(tmp_path):
     totals = sorted([0, 2, 4, alice])
     scores = report.split("## Scores")[1].split("## Questions")[0]
     mean = f"{sum(totals) / 4:.1f} of 4 points ({100 * sum(totals) / 16:.0f} %)"
-    assert f"4 graded: mean {mean}, median {(totals[1] + totals[2]) / 2:g} of 4" in scores
+    assert f"4 students graded: mean {mean}, median {(totals[1] + totals[2]) / 2:g} of 4" in scores
     assert f"; {totals.count(4)} with full marks, 1 with none." in scores
     for total in set(totals):
         assert f"| {total} / 4 | {totals.count(total)} |" in scores
@@ -863,7 +864,8 @@ def test_grade_command_line(tmp_path):
     assert "graded 2 submissions" in done.stdout and "(1 could not be read)" in done.stdout
     assert "could not read" in done.stdout and "b.ipynb" in done.stdout
     assert (
-        "scores: 1 graded: mean 4.0 of 4 points (100 %), median 4 of 4; 1 with full marks, 0 with none" in done.stdout
+        "scores: 1 student graded: mean 4.0 of 4 points (100 %), median 4 of 4; 1 with full marks, 0 with none"
+        in done.stdout
     )
     bad = subprocess.run(cmd[:-2] + ["--notebook", "42"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--notebook 42 has no questions; use one of 00, 01" in bad.stderr

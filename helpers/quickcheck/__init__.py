@@ -17,8 +17,9 @@ Modules: `bank` (the questions, one JSON file per notebook), `answers` (an answe
 command and the authoring format), `judging` (the one rule that judges an answer), `checks`
 (`check`, `ask`), `submissions` (a file to its code cells, safely),
 `reading` (answers from a notebook's text, without running it), `safe_eval`, `limits` (the bounds
-on one file's work), `grading` (the batch), `grades` (what it produces), `gradebook` (CSV,
-feedback, report), `roster` and `lms` (an LMS's roster in, its grade-import file out), `escaping`
+on one file's work), `grading` (the batch), `grades` (what it produces, per file and per student), `gradebook` (CSV,
+feedback, report), `writing` (every output path checked, files written whole), `roster` and `lms`
+(an LMS's roster in, its grade-import file out), `escaping`
 (every string that leaves the grader), `handout` and `blanking`
 (student versions).
 """

@@ -1,8 +1,9 @@
 """The quick-check commands for instructors and bank authors (also `python -m helpers quickcheck ...`).
 
 python -m helpers.quickcheck student SRC OUT_DIR                    # student versions of SRC's notebooks
-python -m helpers.quickcheck grade SUBMISSION... [--out grades.csv] [--notebook NN]
-        [--format csv|canvas|gradescope|moodle --roster ROSTER.csv [--roster-key COLUMN] [--assignment NAME]]
+python -m helpers.quickcheck grade SUBMISSION... [--out grades.csv] [--notebook NN|all ...]
+        [--format csv|canvas|gradescope|moodle --roster ROSTER.csv [--roster-key COLUMN]
+         [--roster-delimiter ,|;|TAB] [--assignment NAME | --assignment NN=NAME ...]]
 python -m helpers.quickcheck seal BANK.json...                      # hash the plain answers of a bank file
 """
 
@@ -38,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         "--notebook",
         action="append",
         metavar="NN",
-        help="grade this notebook's questions (00 ... 08; repeatable); default: those the files mention",
+        help="a notebook you handed out (00 ... 08, or 'all'; repeatable): each file is graded as one of them "
+        "and a student's total is out of all of them; default: the notebooks the files are for",
     )
     _add_lms_options(grade)
     seal = sub.add_parser("seal", help="replace the plain answers in bank files by hashes (for bank authors)")
@@ -101,10 +103,17 @@ def _add_lms_options(grade: argparse.ArgumentParser) -> None:
         "canvas 'SIS Login ID', gradescope 'SID', moodle 'ID number', csv 'student_id'",
     )
     grade.add_argument(
+        "--roster-delimiter",
+        metavar="SEP",
+        help="the roster's separator: ',' ';' or a tab (given as 'tab' or $'\\t'); default: the one that splits "
+        "its header into the most columns",
+    )
+    grade.add_argument(
         "--assignment",
+        action="append",
         metavar="NAME",
-        help="the score column's name in the LMS file (Canvas: 'Name (id)' fills that assignment); "
-        "default 'Quick checks NN'",
+        help="the score column's name in the LMS file (Canvas: 'Name (id)' fills that assignment); for a batch "
+        "of several notebooks, NN=NAME per notebook (repeatable); default 'Quick checks NN'",
     )
 
 
@@ -118,11 +127,15 @@ def _read_roster(args: argparse.Namespace):
                 f"--format {args.format} needs --roster: the LMS's list of students gives each row its LMS ids "
                 f"(e.g. --roster roster.csv)"
             )
-        if args.roster_key or args.assignment:
-            return None, "--roster-key and --assignment need --roster ROSTER.csv (the LMS's export of its students)"
+        if args.roster_key or args.assignment or args.roster_delimiter:
+            return None, (
+                "--roster-key, --roster-delimiter and --assignment need --roster ROSTER.csv (the LMS's export of "
+                "its students)"
+            )
         return None, None
+    delimiter = {"tab": "\t", "\\t": "\t"}.get(args.roster_delimiter or "", args.roster_delimiter)
     try:
-        return read_roster(args.roster, args.format, args.roster_key), None
+        return read_roster(args.roster, args.format, args.roster_key, delimiter), None
     except RosterError as e:
         return None, str(e)
 
@@ -130,20 +143,16 @@ def _read_roster(args: argparse.Namespace):
 def _grade(args: argparse.Namespace) -> int:
     from helpers.quickcheck.bank import bank_notebooks
     from helpers.quickcheck.escaping import shown, shown_path
-    from helpers.quickcheck.gradebook import score_summary
+    from helpers.quickcheck.gradebook import course_basis, score_summary
     from helpers.quickcheck.grading import collect, grade
 
-    submissions, out, notebooks = args.submissions, args.out, args.notebook
-
+    submissions, out = args.submissions, args.out
     known = bank_notebooks()
-    unknown = [n for n in notebooks or [] if n not in known]
+    notebooks = [nb for n in args.notebook or [] for nb in (known if n.strip().lower() == "all" else [n.strip()])]
+    unknown = [n for n in notebooks if n not in known]
     if unknown:
-        print(f"error: --notebook {unknown[0]} has no questions; use one of {', '.join(known)}", file=sys.stderr)
-        return 2
-    if out.is_dir():
         print(
-            f"error: --out {shown_path(out)} is a folder; give the CSV file to write, "
-            f"e.g. --out {shown_path(out / 'grades.csv')}",
+            f"error: --notebook {shown(unknown[0], 40)} has no questions; use one of {', '.join(known)}, or all",
             file=sys.stderr,
         )
         return 2
@@ -159,15 +168,17 @@ def _grade(args: argparse.Namespace) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     try:
-        run = grade(submissions, out, notebooks=notebooks, roster=roster, assignment=args.assignment)
-    except ValueError as e:  # --out on a submission or the roster: refused before anything is written
+        run = grade(submissions, out, notebooks=notebooks or None, roster=roster, assignment=args.assignment)
+    except ValueError as e:  # an output path or an --assignment that cannot be used: nothing was replaced
         print(f"error: {e}", file=sys.stderr)
         return 2
     n = len(run.submissions)
     print(
         f"graded {n} submission{'s' if n != 1 else ''} in {run.seconds:.1f} s ({len(run.unreadable)} could not be read)"
-        f"\nscores: {score_summary(run.submissions)} (the report's Scores and Questions sections say more)"
+        f"\nscores: {score_summary(run.submissions, run.issued)} (the report's Scores and Questions sections say more)"
     )
+    if len(run.notebooks) > 1:
+        print(f"course of notebooks {', '.join(run.notebooks)}: {course_basis(run.notebooks, run.issued)}")
     for s in run.unreadable:
         print(f"  could not read {shown_path(s.path)}: {shown(s.reason, 400)}")
     print(

@@ -17,11 +17,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-__all__ = ["csv_cell", "feedback_names", "md_code", "shown", "shown_path", "shown_value"]
+__all__ = ["csv_cell", "feedback_names", "md_code", "md_text", "shown", "shown_path", "shown_value"]
 
 # C0/C1 controls, zero-width and bidi format characters, line/paragraph separators, BOM, surrogates
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ud800-\udfff]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+# Markdown and HTML that could format, link or run: escaped by backslash (CommonMark's escapes) or
+# as an entity; a backslash only where it would escape what follows (shown's \\n stays as it is);
+# "_" only where it could open emphasis (not inside q04_2); a bare URL's "://" and "www." broken so
+# no renderer turns them into links
+_MARKDOWN = re.compile(
+    r"\\(?=[!-/:-@\[-`{-~])|[`*\[\]()!|~#>+]|(?<![^\W_])_|_(?![^\W_])|(?<=www)\.|:(?=//)|<|&(?=#?\w+;)"
+)
 _FORMULA = ("=", "+", "-", "@")
 _WINDOWS_RESERVED = re.compile(r"(con|prn|aux|nul|com\d|lpt\d)(\..*)?", re.I)
 _NAME_BYTES = 100
@@ -59,6 +66,16 @@ def csv_cell(text: Any, limit: int = 300) -> str:
 def md_code(text: Any, limit: int = 200) -> str:
     """`shown` text as a Markdown code span: a backtick inside is written \\x60 so it cannot end the span."""
     return "`" + shown(text, limit).replace("`", "\\x60") + "`"
+
+
+def md_text(text: Any, limit: int = 300) -> str:
+    """`shown` text for a Markdown report: no HTML, link, image or emphasis a name could smuggle in.
+
+    Example:
+        >>> print(md_text("<img src=x> [me](http://evil)"))
+        &lt;img src=x\\> \\[me\\]\\(http\\://evil\\)
+    """
+    return _MARKDOWN.sub(_md_escape, shown(text, limit))
 
 
 def shown_value(value: Any, limit: int = 60) -> str:
@@ -111,6 +128,11 @@ def _escape(match: re.Match) -> str:
         return _NAMED[char]
     code = ord(char)
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _md_escape(match: re.Match) -> str:
+    char = match.group()
+    return {"<": "&lt;", "&": "&amp;"}.get(char, "\\" + char)
 
 
 def _slug(text: str) -> str:

@@ -1,24 +1,25 @@
-"""Write a graded batch out: the CSV, a feedback file per student, the instructor's report.
+"""A graded batch as text: the CSV, a feedback file per submission, the instructor's report.
 
-Used by `python -m helpers.quickcheck grade` (`grading.grade`). Every string that came from a
-submission (its name, the student id, the notes) goes through `escaping`, so no file name or id
-can crash a writer, break a row over two lines or inject a spreadsheet formula; a row or a
-feedback file that still fails to be written is replaced or reported, never lost silently.
+Used by `python -m helpers.quickcheck grade` (`grading.grade`, which writes them through
+`writing`). Every string that came from a submission or a roster (a file name, a student id, a
+name, the notes) goes through `escaping`, so no file name or id can crash a writer, break a row
+over two lines, inject a spreadsheet formula or put HTML or a link in the report; a row that still
+fails to be written is replaced by a plain one, never lost silently.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 from collections import Counter, defaultdict
-from pathlib import Path
 from statistics import median
 
 from helpers.quickcheck.bank import Question
-from helpers.quickcheck.escaping import csv_cell, md_code, shown, shown_path
-from helpers.quickcheck.grades import LABELS, MISSING, UNREADABLE, GradeRun, SubmissionGrade
+from helpers.quickcheck.escaping import csv_cell, md_code, md_text, shown, shown_path
+from helpers.quickcheck.grades import LABELS, MISSING, UNREADABLE, GradeRun, SubmissionGrade, by_student, id_key
 from helpers.quickcheck.judging import CORRECT, INVALID, NEEDS_ID, UNANSWERED, WRONG
 
-__all__ = ["ATTEMPTS", "feedback_text", "report_text", "score_summary", "write_csv", "write_feedback"]
+__all__ = ["ATTEMPTS", "csv_text", "feedback_text", "report_text", "score_summary"]
 
 ATTEMPTS = (
     "Attempt counts come from the receipts `check()` printed in each notebook's outputs, and the "
@@ -32,33 +33,23 @@ ATTEMPTS = (
 )
 
 
-def write_csv(results: list[SubmissionGrade], questions: list[Question], path: Path) -> None:
-    """One row per submission, whatever it holds: a row that fails to write is replaced by a plain one."""
+def csv_text(results: list[SubmissionGrade], questions: list[Question]) -> str:
+    """One row per submission, whatever it holds: a row that fails to be made is replaced by a plain one."""
     ids = [q.id for q in questions]
-    header = ["file", "student_id", "status", *ids, "total", "max_points", *(f"attempts_{i}" for i in ids), "notes"]
-    with Path(path).open("w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(header)
-        for s in results:
-            try:
-                writer.writerow(_row(s, ids))
-            except (csv.Error, UnicodeError, ValueError) as e:  # should not happen: every cell is escaped
-                failed = f"the grader could not write this row ({type(e).__name__}); see the report"
-                writer.writerow(
-                    [csv_cell(shown_path(s.path)), "", "unreadable", *[""] * len(ids), 0, "", *[""] * len(ids), failed]
-                )
-
-
-def write_feedback(results: list[SubmissionGrade], folder: Path) -> list[tuple[Path, str]]:
-    """Write `<feedback_name>.txt` per submission; return the (submission, why) that could not be written."""
-    folder.mkdir(parents=True, exist_ok=True)
-    failed = []
+    attempts = [f"attempts_{i}" for i in ids]
+    header = ["file", "student_id", "status", "notebook", *ids, "total", "max_points", *attempts, "notes"]
+    out = io.StringIO(newline="")
+    writer = csv.writer(out)
+    writer.writerow(header)
     for s in results:
         try:
-            (folder / f"{s.feedback_name}.txt").write_text(feedback_text(s), encoding="utf-8")
-        except OSError as e:
-            failed.append((s.path, e.strerror or type(e).__name__))
-    return failed
+            writer.writerow(_row(s, ids))
+        except (csv.Error, UnicodeError, ValueError) as e:  # should not happen: every cell is escaped
+            failed = f"the grader could not write this row ({type(e).__name__}); see the report"
+            writer.writerow(
+                [csv_cell(shown_path(s.path)), "", "unreadable", "", *[""] * len(ids), 0, "", *[""] * len(ids), failed]
+            )
+    return out.getvalue()
 
 
 def feedback_text(s: SubmissionGrade) -> str:
@@ -85,10 +76,11 @@ def feedback_text(s: SubmissionGrade) -> str:
 
 
 def report_text(run: GradeRun, questions: list[Question]) -> str:
-    """The instructor's report: what could not be read, problems, ids, results per question, what attempts prove."""
+    """The instructor's report: unreadable files, problems, ids, the course, each question, what attempts prove."""
     subs = run.submissions
     damaged = [s for s in subs if s.status == "damaged"]
     slowest = max(subs, key=lambda s: s.seconds, default=None)
+    readable = [s for s in subs if s.status != UNREADABLE]
     lines = [
         "# Quick-check grading report",
         "",
@@ -97,16 +89,71 @@ def report_text(run: GradeRun, questions: list[Question]) -> str:
         + (f" The slowest file took {slowest.seconds:.2f} s ({md_code(slowest.path.name, 80)})." if slowest else ""),
         "",
     ]
-    lines += _section("Could not read", [f"{md_code(s.path)}: {shown(s.reason, 400)}" for s in run.unreadable])
-    lines += _section("Feedback not written", [f"{md_code(p)}: {shown(why)}" for p, why in run.unwritten])
-    lines += _section("Read, with notes", [_notes_line(s) for s in subs if s.status != UNREADABLE and _notes_of(s)])
-    lines += _section("Skipped in folders", [f"{md_code(p)}: {why}" for p, why in run.skipped])
-    lines += _ids_section([s for s in subs if s.status != UNREADABLE])
-    if questions and len(run.unreadable) < len(subs):
-        lines += _scores_section([s for s in subs if s.status != UNREADABLE])
-        lines += _questions_table([s for s in subs if s.status != UNREADABLE], questions)
+    lines += _section("Could not read", [f"{md_code(s.path)}: {md_text(s.reason, 400)}" for s in run.unreadable])
+    lines += _section("Feedback not written", [f"{md_code(p)}: {md_text(why)}" for p, why in run.unwritten])
+    lines += _section(
+        "Questions from other notebooks (reported, not scored)",
+        [
+            f"{md_code(s.path)}, graded as notebook {s.notebook or '(none)'}: "
+            + ", ".join(md_code(q, 40) for q in s.foreign[:10])
+            + (f" and {len(s.foreign) - 10:,} more" if len(s.foreign) > 10 else "")
+            for s in readable
+            if s.foreign
+        ],
+    )
+    lines += _section("Read, with notes", [_notes_line(s) for s in readable if _notes_of(s)])
+    lines += _section("Skipped in folders", [f"{md_code(p)}: {md_text(why)}" for p, why in run.skipped])
+    lines += _ids_section(readable)
+    if len(run.notebooks) > 1:
+        lines += _course_section(readable, run.notebooks, run.issued)
+    if questions and readable:
+        lines += _scores_section(readable, run.issued)
+        lines += _questions_table(readable, questions)
         lines += ["## What attempt counts prove", "", ATTEMPTS, ""]
     return "\n".join(lines)
+
+
+def course_basis(notebooks: list[str], issued: list[str] | None) -> str:
+    """How a course batch's totals are counted, for the report and the terminal."""
+    if issued:
+        return f"each student's total is the sum over notebooks {', '.join(issued)}, out of all of them"
+    return (
+        f"each student's total is the sum over the notebooks they submitted for, out of those notebooks' "
+        f"points (notebooks {', '.join(notebooks)} were submitted; name the ones you handed out with "
+        "--notebook NN ... to count a missing one as 0)"
+    )
+
+
+def _course_section(readable: list[SubmissionGrade], notebooks: list[str], issued: list[str] | None) -> list[str]:
+    """Files per notebook, and each student's points per notebook and in all."""
+    students = by_student(readable)
+    per_nb = Counter(s.notebook for s in readable if s.notebook)
+    lines = [
+        "## Course",
+        "",
+        f"Graded as a course of {len(notebooks)} notebooks: {course_basis(notebooks, issued)}.",
+        "",
+    ]
+    few = [nb for nb in notebooks if per_nb[nb] * 4 < max(per_nb.values(), default=0)]
+    if few and not issued:
+        lines += [
+            "Few files for notebook(s) " + ", ".join(f"{nb} ({per_nb[nb]})" for nb in few) + ": if you did not hand "
+            "them out, grade with --notebook NN for the ones you did, and these files will be graded as those.",
+            "",
+        ]
+    lines += [
+        "| student | " + " | ".join(notebooks) + " | total |",
+        "|---|" + "---:|" * (len(notebooks) + 1),
+    ]
+    for st in students:
+        best = st.best
+        cells = [f"{_num(best[nb].total)}/{_num(best[nb].max_points)}" if nb in best else "-" for nb in notebooks]
+        lines.append(
+            f"| {md_code(st.student_id, 100)} | "
+            + " | ".join(cells)
+            + f" | {_num(st.total)}/{_num(st.max_points(issued))} |"
+        )
+    return lines + [""]
 
 
 def _row(s: SubmissionGrade, ids: list[str]) -> list:
@@ -115,6 +162,7 @@ def _row(s: SubmissionGrade, ids: list[str]) -> list:
             csv_cell(shown_path(s.path)),
             "",
             UNREADABLE,
+            "",
             *[""] * len(ids),
             0,
             "",
@@ -133,6 +181,7 @@ def _row(s: SubmissionGrade, ids: list[str]) -> list:
         csv_cell(shown_path(s.path)),
         csv_cell(s.student_id, 100),
         s.status,
+        s.notebook,
         *points,
         _num(s.total),
         _num(s.max_points),
@@ -151,54 +200,68 @@ def _notes_of(s: SubmissionGrade) -> list[str]:
 
 def _notes_line(s: SubmissionGrade) -> str:
     notes = _notes_of(s)
-    shown_notes = "; ".join(shown(n, 300) for n in notes[:10])
+    shown_notes = "; ".join(md_text(n, 300) for n in notes[:10])
     more = f"; and {len(notes) - 10} more" if len(notes) > 10 else ""
     return f"{md_code(s.path)}: {shown_notes}{more}"
 
 
 def _ids_section(readable: list[SubmissionGrade]) -> list[str]:
-    no_id = [s for s in readable if not s.student_id]
+    """Files with no id, and ids on several files for one notebook (one student's resubmission, or a copy)."""
+    no_id = [s for s in readable if not id_key(s.student_id)]
     by_id = defaultdict(list)
     for s in readable:
-        if s.student_id:
-            by_id[s.student_id.casefold()].append(s)
+        if id_key(s.student_id):
+            by_id[(id_key(s.student_id), s.notebook)].append(s)
     shared = {k: v for k, v in by_id.items() if len(v) > 1}
     if not (no_id or shared):
         return []
     lines = ["## Student ids", ""]
     if no_id:
         lines.append(f"- no student id ({len(no_id)}): " + ", ".join(md_code(s.path.name, 80) for s in no_id))
-    for _, group in sorted(shared.items()):
+    for (_, notebook), group in sorted(shared.items()):
         lines.append(
-            f"- id {md_code(group[0].student_id, 100)} in {len(group)} submissions: "
+            f"- id {md_code(group[0].student_id, 100)} in {len(group)} submissions"
+            + (f" of notebook {notebook}" if notebook else "")
+            + " (the highest total counts): "
             + ", ".join(md_code(s.path) for s in group)
         )
     return lines + [""]
 
 
-def score_summary(results: list[SubmissionGrade]) -> str:
-    """One line on the class's scores over the files that were read: mean, median, full marks, none."""
-    graded = [s for s in results if s.status != UNREADABLE and s.max_points > 0]
-    if not graded:
+def score_summary(results: list[SubmissionGrade], issued: list[str] | None = None) -> str:
+    """One line on the class's scores, per student (summed over their notebooks): mean, median, full marks, none.
+
+    A read file with no student id counts as a student of its own.
+    """
+    readable = [s for s in results if s.status != UNREADABLE and s.notebook]
+    scores = [(st.total, st.max_points(issued)) for st in by_student(readable)]
+    scores += [(s.total, s.max_points) for s in readable if not id_key(s.student_id)]
+    scores = [(total, most) for total, most in scores if most > 0]
+    if not scores:
         return "no file could be graded"
-    shares = sorted(s.total / s.max_points for s in graded)
-    maxima = {s.max_points for s in graded}
+    shares = sorted(total / most for total, most in scores)
+    maxima = {most for _, most in scores}
     mean = f"{100 * sum(shares) / len(shares):.0f} %"
-    if len(maxima) == 1:  # one notebook's questions for all: points read better than shares
+    if len(maxima) == 1:  # one maximum for all: points read better than shares
         most = maxima.pop()
-        middle = f"{_num(median(s.total for s in graded))} of {_num(most)}"
-        mean = f"{sum(s.total for s in graded) / len(graded):.1f} of {_num(most)} points ({mean})"
+        middle = f"{_num(median(total for total, _ in scores))} of {_num(most)}"
+        mean = f"{sum(total for total, _ in scores) / len(scores):.1f} of {_num(most)} points ({mean})"
     else:
         middle = f"{100 * median(shares):.0f} %"
     full, none = sum(x == 1 for x in shares), sum(x == 0 for x in shares)
-    return f"{len(graded)} graded: mean {mean}, median {middle}; {full} with full marks, {none} with none"
+    n = len(scores)
+    return (
+        f"{n} student{'s' if n != 1 else ''} graded: mean {mean}, median {middle}; "
+        f"{full} with full marks, {none} with none"
+    )
 
 
-def _scores_section(readable: list[SubmissionGrade]) -> list[str]:
-    """The score line and how many files got each score (points / max), lowest first."""
+def _scores_section(readable: list[SubmissionGrade], issued: list[str] | None) -> list[str]:
+    """The score line, and how many files got each score (points / max), lowest first."""
     count = Counter((s.max_points, s.total) for s in readable if s.max_points > 0)
     rows = [f"| {_num(total)} / {_num(most)} | {n} |" for (most, total), n in sorted(count.items())]
-    return ["## Scores", "", score_summary(readable) + ".", "", "| score | files |", "|---|---:|", *rows, ""]
+    head = ["## Scores", "", score_summary(readable, issued) + ".", ""]
+    return head + ["Per file:", "", "| score | files |", "|---|---:|", *rows, ""]
 
 
 def _common_wrong(q: Question, grades: list) -> str:

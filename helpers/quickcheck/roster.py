@@ -4,26 +4,35 @@ Used by `python -m helpers.quickcheck grade ... --format canvas|gradescope|moodl
 (see `lms` for the files written). The roster is the LMS's own export of its students: Canvas's
 exported gradebook (Student, ID, SIS User ID, SIS Login ID, Section), Gradescope's roster (Name or
 First Name/Last Name, Email, SID) or Moodle's grade export (First name, Last name, ID number,
-Email address). A notebook's `student_id` is matched, ignoring case and surrounding spaces,
-against one column of it: `--roster-key COLUMN`, by default the one named in `DEFAULT_KEYS`.
+Email address). A notebook's `student_id` is matched against one column of it, `--roster-key
+COLUMN` (by default the one named in `DEFAULT_KEYS`), after `grades.id_key`: Unicode-normalized,
+case and surrounding spaces ignored, so an id typed on a Mac (NFD) matches the LMS's (NFC).
 
-The roster is data too: it is read within bounds (10 MiB, 50 000 rows), its names and ids leave
-the grader only through `escaping`, and a roster that cannot be used (no such column, an id given
-to two students, not UTF-8) is refused with the fix before anything is graded or written.
+The roster is data too: only a regular file is opened (never a FIFO or a device, which would hang
+or never end), read within bounds (10 MiB, 50 000 rows), as UTF-8 or, with its byte-order mark,
+UTF-16 (Excel's "Unicode text"); its separator (comma, semicolon, tab) is detected from the header
+or named with `--roster-delimiter`. Its names and ids leave the grader only through `escaping`. A
+roster that cannot be used (no such column, a key column blank for every student, a header with
+no students, an id given to two students, not text) is refused with the fix before anything is
+graded or written.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from helpers.quickcheck.escaping import shown, shown_path
-from helpers.quickcheck.grades import UNREADABLE, SubmissionGrade
+from helpers.quickcheck.grades import UNREADABLE, StudentGrade, SubmissionGrade, by_student, id_key
 
 __all__ = [
     "DEFAULT_KEYS",
+    "DELIMITERS",
     "MAX_ROSTER_BYTES",
     "MAX_ROSTER_ROWS",
     "REQUIRED",
@@ -44,6 +53,7 @@ REQUIRED = {
     "moodle": ["Email address"],
     "csv": [],
 }
+DELIMITERS = {",": "comma", ";": "semicolon", "\t": "tab"}
 DEFAULT_KEYS = {"canvas": "SIS Login ID", "gradescope": "SID", "moodle": "ID number", "csv": "student_id"}
 _HOW_TO_EXPORT = {
     "canvas": "in Canvas, Grades > Export > Export Entire Gradebook",
@@ -77,17 +87,19 @@ class Roster:
 
 @dataclass
 class RosterCheck:
-    """Who matched whom: roster students with their best submission, and what matched no one."""
+    """Who matched whom: roster students with their submissions by notebook, and what matched no one."""
 
-    matched: list[tuple[dict[str, str], SubmissionGrade]]  # roster order
+    matched: list[tuple[dict[str, str], StudentGrade]]  # roster order
     missing: list[dict[str, str]]  # on the roster, no submission
     unknown: list[SubmissionGrade]  # a student id that is not on the roster
-    no_id: list[SubmissionGrade]  # read, but no student id (or unreadable)
-    repeated: list[tuple[dict[str, str], list[SubmissionGrade]]]  # several submissions for one student
+    no_id: list[SubmissionGrade]  # read, but no student id (or unreadable, or no notebook)
+    repeated: list[tuple[dict[str, str], str, list[SubmissionGrade]]]  # (student, notebook, its submissions)
 
 
-def read_roster(path: str | Path, fmt: str, key: str | None = None) -> Roster:
+def read_roster(path: str | Path, fmt: str, key: str | None = None, delimiter: str | None = None) -> Roster:
     """Read the LMS's roster export for `--format fmt`; RosterError naming the fix when it cannot be used.
+
+    `delimiter` is one of `DELIMITERS`; default: the one that splits the header into the most columns.
 
     Example:
         >>> roster = read_roster("canvas_export.csv", "canvas")  # doctest: +SKIP
@@ -95,14 +107,20 @@ def read_roster(path: str | Path, fmt: str, key: str | None = None) -> Roster:
         ('SIS Login ID', 42)
     """
     path = Path(path)
-    header, rows = _read_rows(path)
+    if delimiter is not None and delimiter not in DELIMITERS:
+        raise RosterError(
+            f"--roster-delimiter {shown(delimiter, 20)!r} is not one the grader reads: use one of "
+            + ", ".join(f"{d!r} ({name})" for d, name in DELIMITERS.items())
+        )
+    header, rows, delimiter = _read_rows(path, delimiter)
     columns = {h.strip().casefold(): h for h in header if h.strip()}
     for need in REQUIRED[fmt]:
         options = need if isinstance(need, tuple) else (need,)
         if not any(o.casefold() in columns for o in options):
             raise RosterError(
                 f"the roster {shown_path(path)} has no {' or '.join(repr(o) for o in options)} column, which a "
-                f"{fmt} import needs (its columns: {_listing(header)}); export the roster {_HOW_TO_EXPORT[fmt]}"
+                f"{fmt} import needs (its columns, split at each {DELIMITERS[delimiter]}: {_listing(header)}); "
+                f"export the roster {_HOW_TO_EXPORT[fmt]}, or name its separator with --roster-delimiter"
             )
     key = key or DEFAULT_KEYS[fmt]
     if key.strip().casefold() not in columns:
@@ -113,57 +131,98 @@ def read_roster(path: str | Path, fmt: str, key: str | None = None) -> Roster:
         )
     roster = Roster(path, fmt, columns[key.strip().casefold()], header, columns, [])
     _fill(roster, rows)
+    if not roster.students and not roster.unkeyed:
+        raise RosterError(
+            f"the roster {shown_path(path)} has a header but no students: export it again with the class enrolled "
+            f"({_HOW_TO_EXPORT[fmt]})"
+        )
+    if not roster.students:
+        raise RosterError(
+            f"the roster {shown_path(path)}'s column {shown(roster.key, 100)!r} is blank for all "
+            f"{len(roster.unkeyed):,} students, so no notebook can be matched: fill it in the LMS, or match on a "
+            f"column that holds the notebooks' student_id with --roster-key, e.g. "
+            f"--roster-key {_suggest(header, roster.unkeyed)!r}"
+        )
     return roster
 
 
 def match_roster(results: list[SubmissionGrade], roster: Roster) -> RosterCheck:
-    """Match each submission's student_id to the roster's key column, ignoring case and outer spaces."""
-    by_key = {_norm(s[roster.key]): s for s in roster.students}
-    found: dict[str, list[SubmissionGrade]] = {}
-    unknown, no_id = [], []
-    for s in results:
-        sid = _norm(s.student_id)
-        if s.status == UNREADABLE or not sid:
-            no_id.append(s)
-        elif sid in by_key:
-            found.setdefault(sid, []).append(s)
-        else:
-            unknown.append(s)
+    """Match each student's submissions (`grades.by_student`) to the roster's key column, by `grades.id_key`."""
+    students = {id_key(st.student_id): st for st in by_student(results)}
+    on_roster = {id_key(s[roster.key]) for s in roster.students}
+    unknown = [s for s in results if s.status != UNREADABLE and s.notebook and id_key(s.student_id) not in on_roster]
+    unknown = [s for s in unknown if id_key(s.student_id)]
+    no_id = [s for s in results if s.status == UNREADABLE or not s.notebook or not id_key(s.student_id)]
     matched, missing, repeated = [], [], []
     for student in roster.students:
-        subs = found.get(_norm(student[roster.key]), [])
-        if not subs:
+        st = students.get(id_key(student[roster.key]))
+        if st is None:
             missing.append(student)
             continue
-        matched.append((student, max(subs, key=lambda s: s.total)))  # the best of several, and say so
-        if len(subs) > 1:
-            repeated.append((student, subs))
+        matched.append((student, st))  # each notebook by its best submission, and say so
+        repeated += [(student, nb, subs) for nb, subs in sorted(st.files.items()) if len(subs) > 1]
     return RosterCheck(matched, missing, unknown, no_id, repeated)
 
 
-def _read_rows(path: Path) -> tuple[list[str], list[list[str]]]:
+def _read_rows(path: Path, delimiter: str | None) -> tuple[list[str], list[list[str]], str]:
+    text = _decode(_read_bounded(path), path)
+    delimiter = delimiter or _detect_delimiter(text)
     try:
-        if path.stat().st_size > MAX_ROSTER_BYTES:
-            raise RosterError(
-                f"the roster {shown_path(path)} is over {MAX_ROSTER_BYTES // 2**20} MiB: export only the "
-                "students' columns (no submissions, no comments)"
-            )
-        text = path.read_bytes().decode("utf-8-sig")
-    except FileNotFoundError:
-        raise RosterError(f"no roster at {shown_path(path)}: give the path of the LMS's roster export") from None
-    except UnicodeDecodeError:
-        raise RosterError(
-            f"the roster {shown_path(path)} is not UTF-8 text: save it as 'CSV UTF-8' and try again"
-        ) from None
-    except OSError as e:
-        raise RosterError(f"cannot read the roster {shown_path(path)}: {shown(e.strerror or e)}") from None
-    try:
-        rows = list(_bounded(csv.reader(io.StringIO(text, newline="")), path))
+        rows = list(_bounded(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter), path))
     except csv.Error as e:
         raise RosterError(f"the roster {shown_path(path)} is not a CSV file ({shown(e)}): export it as CSV") from None
     if not rows or not any(c.strip() for c in rows[0]):
         raise RosterError(f"the roster {shown_path(path)} is empty: it needs a header row, then one row per student")
-    return rows[0], rows[1:]
+    return rows[0], rows[1:], delimiter
+
+
+def _read_bounded(path: Path) -> bytes:
+    """The bytes of a regular file of at most MAX_ROSTER_BYTES; a FIFO or a device is never read from."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once instead of waiting for a writer
+    except FileNotFoundError:
+        raise RosterError(f"no roster at {shown_path(path)}: give the path of the LMS's roster export") from None
+    except OSError as e:
+        raise RosterError(f"cannot read the roster {shown_path(path)}: {shown(e.strerror or e)}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise RosterError(f"the roster {shown_path(path)} is a folder: give the CSV file the LMS exported")
+        raise RosterError(
+            f"the roster {shown_path(path)} is not a regular file (a pipe or a device): save the LMS's export "
+            "to a file and give its path"
+        )
+    with os.fdopen(fd, "rb") as f:
+        try:
+            data = f.read(MAX_ROSTER_BYTES + 1)
+        except OSError as e:
+            raise RosterError(f"cannot read the roster {shown_path(path)}: {shown(e.strerror or e)}") from None
+    if len(data) > MAX_ROSTER_BYTES:
+        raise RosterError(
+            f"the roster {shown_path(path)} is over {MAX_ROSTER_BYTES // 2**20} MiB: export only the "
+            "students' columns (no submissions, no comments)"
+        )
+    return data
+
+
+def _decode(data: bytes, path: Path) -> str:
+    try:
+        if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):  # Excel's "Unicode text"
+            return data.decode("utf-16")
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise RosterError(
+            f"the roster {shown_path(path)} is not UTF-8 text: save it as 'CSV UTF-8' and try again"
+        ) from None
+
+
+def _detect_delimiter(text: str) -> str:
+    """The separator that splits the header into the most columns (a comma when none splits it)."""
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    counts = {d: len(next(csv.reader([first], delimiter=d), [])) for d in DELIMITERS}
+    best = max(counts.values(), default=1)
+    return "," if best <= 1 else next(d for d in DELIMITERS if counts[d] == best)
 
 
 def _bounded(reader, path: Path):
@@ -180,7 +239,7 @@ def _fill(roster: Roster, rows: list[list[str]]) -> None:
         if not any(c.strip() for c in row) or (row and row[0].strip().casefold() == "points possible"):
             continue
         student = {h: (row[i] if i < len(row) else "") for i, h in enumerate(roster.header) if h.strip()}
-        key = _norm(student.get(roster.key, ""))
+        key = id_key(student.get(roster.key, ""))
         if not key:
             roster.unkeyed.append(student)
         elif key in seen:
@@ -194,17 +253,15 @@ def _fill(roster: Roster, rows: list[list[str]]) -> None:
             roster.students.append(student)
 
 
-def _norm(text: str) -> str:
-    return (text or "").strip().casefold()
-
-
 def _listing(header: list[str]) -> str:
     shown_cols = ", ".join(repr(shown(h, 60)) for h in header[:12])
     return shown_cols + (f" and {len(header) - 12} more" if len(header) > 12 else "") if header else "none"
 
 
-def _suggest(header: list[str]) -> str:
+def _suggest(header: list[str], students: list[dict[str, str]] = ()) -> str:
+    """An id column of the header, one filled for every student of `students` when given."""
     for name in ("SIS Login ID", "SIS User ID", "SID", "ID number", "Email", "Email address", "student_id"):
-        if any(h.strip().casefold() == name.casefold() for h in header):
+        column = next((h for h in header if h.strip().casefold() == name.casefold()), None)
+        if column is not None and all(s.get(column, "").strip() for s in students):
             return name
     return shown(header[0], 60) if header else "student_id"
