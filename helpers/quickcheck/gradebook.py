@@ -19,7 +19,7 @@ from helpers.quickcheck.escaping import csv_cell, md_code, md_text, shown, shown
 from helpers.quickcheck.grades import LABELS, MISSING, UNREADABLE, GradeRun, SubmissionGrade, by_student, id_key
 from helpers.quickcheck.judging import CORRECT, INVALID, NEEDS_ID, UNANSWERED, WRONG
 
-__all__ = ["ATTEMPTS", "csv_text", "feedback_text", "report_text", "score_summary"]
+__all__ = ["ATTEMPTS", "course_basis", "csv_text", "feedback_text", "report_text", "score_summary"]
 
 ATTEMPTS = (
     "Attempt counts come from the receipts `check()` printed in each notebook's outputs, and the "
