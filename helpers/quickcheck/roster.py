@@ -150,9 +150,9 @@ def match_roster(results: list[SubmissionGrade], roster: Roster) -> RosterCheck:
     """Match each student's submissions (`grades.by_student`) to the roster's key column, by `grades.id_key`."""
     students = {id_key(st.student_id): st for st in by_student(results)}
     on_roster = {id_key(s[roster.key]) for s in roster.students}
-    unknown = [s for s in results if s.status != UNREADABLE and s.notebook and id_key(s.student_id) not in on_roster]
-    unknown = [s for s in unknown if id_key(s.student_id)]
     no_id = [s for s in results if s.status == UNREADABLE or not s.notebook or not id_key(s.student_id)]
+    flagged = {id(s) for s in no_id}
+    unknown = [s for s in results if id(s) not in flagged and id_key(s.student_id) not in on_roster]
     matched, missing, repeated = [], [], []
     for student in roster.students:
         st = students.get(id_key(student[roster.key]))
