@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -110,6 +111,7 @@ def _export_arguments(exp: argparse.ArgumentParser) -> None:
     exp.add_argument("--mixed-precision", choices=("no", "fp16", "bf16"), help="overrides the card's choice")
     exp.add_argument("--time", default="04:00:00", help="Slurm's time limit, [D-]HH:MM:SS (default 04:00:00)")
     exp.add_argument("--partition", help="the Slurm partition (default: the cluster's)")
+    exp.add_argument("--force", action="store_true", help="replace files in --out edited since the last export")
 
 
 def _plan_arguments(pln: argparse.ArgumentParser) -> None:
@@ -240,13 +242,15 @@ def _export(args) -> int:
             mixed_precision=args.mixed_precision,
             time=args.time,
             partition=args.partition,
+            force=args.force,
         )
     except ExportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print("\n".join(f"wrote {p}" for p in written))
-    launch = "accelerate launch --config_file accelerate_config.yaml train.py"
-    print(f"next: cd {args.out} && sbatch job.sbatch (or, without Slurm: {launch})")
+    cd = f"cd {shlex.quote(str(args.out))} &&"  # a command to paste: the folder quoted as the shell needs
+    print(f"next: {cd} sbatch job.sbatch")
+    print(f"or, without Slurm: {cd} accelerate launch --config_file accelerate_config.yaml train.py")
     return 0
 
 

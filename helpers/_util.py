@@ -8,14 +8,63 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 
-__all__ = ["GIB", "MIB", "environ", "ipython_shell", "quiet_bitsandbytes", "restore_environ", "torch_dtype"]
+__all__ = [
+    "GIB",
+    "MIB",
+    "NotRegularFile",
+    "environ",
+    "ipython_shell",
+    "quiet_bitsandbytes",
+    "read_regular_file",
+    "restore_environ",
+    "torch_dtype",
+]
 
 MIB = 2**20  # bytes in a mebibyte (what PyTorch and nvidia-smi call "MiB"/"MB")
 GIB = 2**30  # bytes in a gibibyte; a GB is 10**9 bytes, 7.4 % less
+_KINDS = {
+    stat.S_IFIFO: "a named pipe (FIFO)",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a folder",
+}
+
+
+class NotRegularFile(OSError):
+    """A path that is not a regular file (nor a link to one); its message says what it is instead."""
+
+
+def read_regular_file(path: str | os.PathLike) -> bytes:
+    """The bytes of `path`, a regular file or a symbolic link to one; `NotRegularFile` otherwise.
+
+    `python -m helpers run` reads every notebook through this before papermill opens it.
+
+    1. `os.stat` first, which opens nothing: a FIFO (whose open blocks until a writer comes), a
+       device (/dev/zero never ends; opening some devices acts on them) or a socket is refused unopened.
+    2. Then a non-blocking open and `fstat` of what was opened: a path swapped for a FIFO between
+       the two steps is refused too, without blocking.
+    """
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise NotRegularFile(_not_regular(path, info))
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise NotRegularFile(_not_regular(path, info))
+        return f.read()
+
+
+def _not_regular(path, info: os.stat_result) -> str:
+    link = f" (a symbolic link to {os.path.realpath(path)})" if os.path.islink(path) else ""
+    return f"{Path(path).name} is {_KINDS.get(stat.S_IFMT(info.st_mode), 'something else')}{link}, not a regular file"
 
 
 def ipython_shell():

@@ -10,8 +10,10 @@ first, and hands back the newest one that is whole:
 
     trainer.train(resume_from_checkpoint=latest_valid_checkpoint(args.output_dir))
 
-None (no usable checkpoint yet) makes the Trainer start from scratch, so the same line works for
-the first run and for every resume.
+None (no checkpoint saved yet) makes the Trainer start from scratch, so the same line works for
+the first run and for every resume. Checkpoints that are all rejected raise `CheckpointsRejected`
+instead: starting from scratch in their folder would train over them, and `save_total_limit` would
+delete them, when a reason such as a cut-off manifest beside intact weights is a repair away.
 
 What is checked:
 
@@ -25,6 +27,11 @@ What is checked:
    header that parses and exactly the bytes that header promises; the optimizer, scheduler and RNG
    files are complete zip archives, as torch writes them. A checkpoint without checksums gets
    these checks alone, and `latest_valid_checkpoint` says so.
+3. the fit, when given the `model` it will be loaded into: the names and shapes of the saved
+   tensors (read from the files' headers) against the model's own, and a LoRA adapter's settings
+   (base model, r, alpha, target modules) against the model's adapter. A checkpoint of another
+   model, such as notebook 08's 7B under the same run name as a 0.5B, is skipped with both shapes
+   named, where the Trainer would stop on a size-mismatch traceback.
 
 A malformed file of any kind is a reason to skip its checkpoint, never an exception. The layout
 checked is the Trainer's own on one GPU or with data parallel (DDP); DeepSpeed and FSDP write
@@ -36,10 +43,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import struct
 import zipfile
 from pathlib import Path
 
+from helpers._checkpoint_fit import check_fit
 from helpers._checksums import sha256_file
 from helpers.manifest import MANIFEST_NAME
 
@@ -54,8 +63,41 @@ WEIGHT_FILES = (
     "adapter_model.bin",
 )
 RESUME_FILES = ("optimizer.pt", "scheduler.pt")  # needed to go on with the same optimizer state
+# trainer_state.json's fields that a resume reads -> the JSON types it can use; the first two are required
+NUMBER = (int, float)
+STATE_TYPES = {
+    "global_step": int,
+    "max_steps": int,
+    "epoch": NUMBER,
+    "log_history": list,
+    "logging_steps": NUMBER,
+    "eval_steps": NUMBER,
+    "save_steps": NUMBER,
+    "train_batch_size": (int, type(None)),
+    "best_metric": (*NUMBER, type(None)),
+    "best_model_checkpoint": (str, type(None)),
+    "stateful_callbacks": dict,
+}
+REQUIRED_STATE = ("global_step", "max_steps")
 
-__all__ = ["check_checkpoint", "latest_valid_checkpoint", "list_checkpoints"]
+__all__ = ["CheckpointsRejected", "check_checkpoint", "latest_valid_checkpoint", "list_checkpoints"]
+
+
+class CheckpointsRejected(RuntimeError):
+    """Every checkpoint under an output folder was rejected: nothing to resume from, and nothing to train over.
+
+    `rejected` maps each checkpoint folder, newest first, to its problems. Taught in notebook 08.
+    """
+
+    def __init__(self, output_dir: str | os.PathLike, rejected: dict[Path, list[str]]):
+        self.output_dir, self.rejected = Path(output_dir), rejected
+        reasons = "\n".join(f"  {folder.name}: {'; '.join(problems)}" for folder, problems in rejected.items())
+        here, aside = (shlex.quote(str(self.output_dir) + suffix) for suffix in ("", ".rejected"))
+        super().__init__(
+            f"no checkpoint in {self.output_dir} can be resumed, so none was loaded and none deleted:\n{reasons}\n"
+            "To resume, repair the newest as its reason says and start again. To start afresh, train into "
+            f"another folder, or move this one aside first (mv {here} {aside})"
+        )
 
 
 def list_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
@@ -67,7 +109,7 @@ def list_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
     return [p for _, p in sorted(found, reverse=True)]
 
 
-def check_checkpoint(folder: str | os.PathLike, *, for_resume: bool = True) -> list[str]:
+def check_checkpoint(folder: str | os.PathLike, *, for_resume: bool = True, model=None) -> list[str]:
     """List what makes a checkpoint folder unusable; an empty list means it is whole.
 
     Never raises for a malformed checkpoint: whatever cannot be read is one of the problems.
@@ -76,6 +118,8 @@ def check_checkpoint(folder: str | os.PathLike, *, for_resume: bool = True) -> l
         folder: a `checkpoint-N` folder the Trainer wrote.
         for_resume: also require the optimizer and scheduler states (needed to resume training;
             not needed to load the weights for evaluation).
+        model: the model the checkpoint is for (a peft model or a plain one): its tensors' names
+            and shapes, and its adapter's settings, must be the checkpoint's. None: not checked.
 
     Returns:
         one sentence per problem, e.g. "model.safetensors is truncated: 4,096 of 1,267,832 bytes".
@@ -84,11 +128,11 @@ def check_checkpoint(folder: str | os.PathLike, *, for_resume: bool = True) -> l
         >>> check_checkpoint("out/checkpoint-40")  # doctest: +SKIP
         []
     """
-    return _inspect(Path(folder), for_resume)[0]
+    return _inspect(Path(folder), for_resume, model)[0]
 
 
-def latest_valid_checkpoint(output_dir: str | os.PathLike, *, for_resume: bool = True) -> str | None:
-    """The newest checkpoint under `output_dir` that is whole, or None when there is none yet.
+def latest_valid_checkpoint(output_dir: str | os.PathLike, *, for_resume: bool = True, model=None) -> str | None:
+    """The newest checkpoint under `output_dir` that is whole, or None when none was saved yet.
 
     Prints one line for each newer folder it skips, naming the folder and what is wrong, and one
     line saying which checkpoint it picked and how it was verified (or that training starts from
@@ -97,31 +141,45 @@ def latest_valid_checkpoint(output_dir: str | os.PathLike, *, for_resume: bool =
     Args:
         output_dir: the Trainer's `output_dir`.
         for_resume: require the optimizer and scheduler states too (see `check_checkpoint`).
+        model: the model to resume into; a checkpoint saved from another is skipped (see `check_checkpoint`).
 
     Returns:
         the folder as a string, ready for `trainer.train(resume_from_checkpoint=...)`, or None.
+
+    Raises:
+        CheckpointsRejected: there are checkpoints and every one is rejected; its message names
+            each with its problems. Nothing is deleted or moved.
 
     Example:
         >>> trainer.train(resume_from_checkpoint=latest_valid_checkpoint(args.output_dir))  # doctest: +SKIP
         skipping out/checkpoint-60: optimizer.pt does not match the SHA-256 recorded when it was saved ...
         resuming from out/checkpoint-40 (step 40): 9 files match the SHA-256 checksums in its run_manifest.json
     """
+    rejected = {}
     for folder in list_checkpoints(output_dir):
-        problems, verified = _inspect(folder, for_resume)
+        problems, verified = _inspect(folder, for_resume, model)
         if not problems:
+            for skipped, why in rejected.items():
+                print(f"skipping {skipped}: {'; '.join(why)}")
             print(f"resuming from {folder} (step {CHECKPOINT_RE.match(folder.name).group(1)}): {verified}")
             return str(folder)
-        print(f"skipping {folder}: {'; '.join(problems)}")
-    print(f"no usable checkpoint in {output_dir}: training starts from scratch")
+        rejected[folder] = problems
+    if rejected:
+        raise CheckpointsRejected(output_dir, rejected)
+    print(f"no usable checkpoint in {output_dir} (none saved yet): training starts from scratch")
     return None
 
 
-def _inspect(folder: Path, for_resume: bool) -> tuple[list[str], str]:
+def _inspect(folder: Path, for_resume: bool, model=None) -> tuple[list[str], str]:
     """(the problems, how the content was verified); never raises."""
     if not folder.is_dir():
         return [f"{folder} is not a folder"], ""
     try:
         found = _structure(folder, for_resume)
+        if model is not None and not any(name in ("", *WEIGHT_FILES) for name, _ in found):
+            found += _guarded(
+                "", check_fit, folder, model, [n for n in WEIGHT_FILES if (folder / n).is_file()]
+            )  # "": a fit problem hides no checksum problem
         checksums, verified = _recorded_checksums(folder)
         if isinstance(checksums, str):  # a manifest that cannot be trusted
             return [p for _, p in found] + [checksums], ""
@@ -219,12 +277,41 @@ def _check_state(folder: Path) -> list[str]:
         state = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         return [f"{TRAINER_STATE} does not parse ({e.__class__.__name__}: {e})"]
+    if not isinstance(state, dict):
+        return [f"{TRAINER_STATE} is a JSON {type(state).__name__}, not the Trainer's table of its state"]
+    problems = [
+        f"{TRAINER_STATE} has no {key} (the Trainer always writes it)" for key in REQUIRED_STATE if key not in state
+    ]
+    for key, kinds in STATE_TYPES.items():
+        value = state.get(key)
+        if key in state and (isinstance(value, bool) or not isinstance(value, kinds)):
+            names = " or ".join(
+                "null" if k is type(None) else k.__name__ for k in (kinds if isinstance(kinds, tuple) else (kinds,))
+            )
+            problems.append(f"{TRAINER_STATE} has {key} = {value!r}, where the Trainer writes {names}")
+    unknown = sorted(set(state) - _trainer_state_fields())
+    if unknown:
+        problems.append(
+            f"{TRAINER_STATE} has fields this transformers' TrainerState cannot load ({', '.join(unknown)}): "
+            "written by another version?"
+        )
+    if problems:
+        return problems
     step = int(CHECKPOINT_RE.match(folder.name).group(1)) if CHECKPOINT_RE.match(folder.name) else None
-    if not isinstance(state, dict) or "global_step" not in state:
-        return [f"{TRAINER_STATE} has no global_step"]
     if step is not None and state["global_step"] != step:
         return [f"{TRAINER_STATE} says step {state['global_step']} but the folder is {folder.name}"]
+    if state["max_steps"] < 1 or state["global_step"] < 0:
+        return [f"{TRAINER_STATE} says step {state['global_step']} of {state['max_steps']}: not a run's position"]
     return []
+
+
+def _trainer_state_fields() -> set[str]:
+    """The fields `TrainerState(**json)` accepts: any other key makes the Trainer's resume raise a TypeError."""
+    from dataclasses import fields
+
+    from transformers import TrainerState
+
+    return {f.name for f in fields(TrainerState)}
 
 
 def _check_weights(path: Path) -> list[str]:

@@ -80,7 +80,7 @@ def main(argv=None) -> int:
     trainer = Trainer(
         model=model, args=args, train_dataset=train, callbacks=[ManifestCallback(dataset=train), StepDelay()]
     )
-    resume_from = latest_valid_checkpoint(opts.out) if opts.resume else None
+    resume_from = latest_valid_checkpoint(opts.out, model=model) if opts.resume else None
     trainer.train(resume_from_checkpoint=resume_from)
     trainer.save_model(str(Path(opts.out) / "final"))
 

@@ -23,7 +23,7 @@ import torch
 from safetensors.torch import load_file
 
 from helpers.manifest import MANIFEST_NAME, load_manifest
-from helpers.resume import check_checkpoint, latest_valid_checkpoint, list_checkpoints
+from helpers.resume import CheckpointsRejected, check_checkpoint, latest_valid_checkpoint, list_checkpoints
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "train_embedded.py"
@@ -286,14 +286,15 @@ def test_weights_only_checkpoints_load_but_do_not_resume(interrupted, tmp_path):
     (tmp_path / "checkpoint-12" / "optimizer.pt").unlink()
     assert check_checkpoint(tmp_path / "checkpoint-12", for_resume=False) == []
     assert latest_valid_checkpoint(tmp_path, for_resume=False) == str(tmp_path / "checkpoint-12")
-    assert latest_valid_checkpoint(tmp_path) is None
+    with pytest.raises(CheckpointsRejected, match="checkpoint-12: no optimizer.pt"):
+        latest_valid_checkpoint(tmp_path)
 
 
 def test_no_checkpoint_means_start_from_scratch(tmp_path, capsys):
     assert latest_valid_checkpoint(tmp_path / "never-written") is None
     assert "no usable checkpoint" in capsys.readouterr().out
     (tmp_path / "checkpoint-3").mkdir()
-    (tmp_path / "checkpoint-3" / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
+    (tmp_path / "checkpoint-3" / "trainer_state.json").write_text(json.dumps({"global_step": 2, "max_steps": 9}))
     assert check_checkpoint(tmp_path / "checkpoint-3", for_resume=False) == [
         "trainer_state.json says step 2 but the folder is checkpoint-3",
         "no weights file (one of model.safetensors, "
@@ -306,7 +307,7 @@ def test_a_sharded_model_is_checked_shard_by_shard(tmp_path):
 
     folder = tmp_path / "checkpoint-1"
     folder.mkdir()
-    (folder / "trainer_state.json").write_text(json.dumps({"global_step": 1}))
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": 1, "max_steps": 2}))
     save_file({"a": torch.zeros(4)}, folder / "model-00001-of-00002.safetensors")
     index = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
@@ -320,3 +321,118 @@ def test_a_sharded_model_is_checked_shard_by_shard(tmp_path):
     assert check_checkpoint(folder, for_resume=False) == [
         "model-00002-of-00002.safetensors has 10 bytes more than its header describes (written over?)"
     ]
+
+
+# ---------------------------------------------------------------------------------------------
+# never train over what could be resumed: all rejected stops, another model's checkpoint is skipped
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_every_checkpoint_rejected_stops_and_names_each_deleting_nothing(interrupted, tmp_path, capsys):
+    """A manifest cut short beside intact weights is a repair away: starting afresh there would lose it."""
+    base = interrupted[-1]
+    for step in (8, 12):
+        shutil.copytree(base / "reference" / f"checkpoint-{step}", tmp_path / f"checkpoint-{step}")
+        truncate(tmp_path / f"checkpoint-{step}" / MANIFEST_NAME, 0.5)
+    before = snapshot(tmp_path)
+    with pytest.raises(CheckpointsRejected) as raised:
+        latest_valid_checkpoint(tmp_path)
+    message = str(raised.value)
+    assert f"no checkpoint in {tmp_path} can be resumed, so none was loaded and none deleted" in message
+    assert re.search(r"checkpoint-12: run_manifest\.json does not parse .*\n  checkpoint-8: run_manifest", message)
+    assert f"mv {tmp_path} {tmp_path}.rejected" in message
+    assert list(raised.value.rejected) == [tmp_path / "checkpoint-12", tmp_path / "checkpoint-8"]
+    assert snapshot(tmp_path) == before, "nothing moved, deleted or rewritten"
+    assert "training starts from scratch" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("state", "why"),
+    [
+        ({"global_step": 12}, "trainer_state.json has no max_steps (the Trainer always writes it)"),
+        ({"global_step": 12, "max_steps": "12"}, "has max_steps = '12', where the Trainer writes int"),
+        (
+            {"global_step": 12, "max_steps": 12, "log_history": {}},
+            "has log_history = {}, where the Trainer writes list",
+        ),
+        ({"global_step": 12, "max_steps": 0}, "says step 12 of 0: not a run's position"),
+        ([12], "trainer_state.json is a JSON list, not the Trainer's table of its state"),
+        ({"global_step": 12, "max_steps": 12, "future_field": 1}, "fields this transformers' TrainerState cannot load"),
+    ],
+)
+def test_a_trainer_state_a_resume_cannot_read_is_a_reason_not_an_exception(interrupted, tmp_path, state, why):
+    base = interrupted[-1]
+    for step in (8, 12):
+        shutil.copytree(base / "reference" / f"checkpoint-{step}", tmp_path / f"checkpoint-{step}")
+    (tmp_path / "checkpoint-12" / MANIFEST_NAME).unlink()  # the state's checksum would name it first
+    (tmp_path / "checkpoint-12" / "trainer_state.json").write_text(json.dumps(state))
+    assert any(why in problem for problem in check_checkpoint(tmp_path / "checkpoint-12")), why
+    assert latest_valid_checkpoint(tmp_path) == str(tmp_path / "checkpoint-8")
+
+
+@pytest.fixture(scope="module")
+def adapters():
+    """The embedded model under three adapters: the one the runs trained (r=4, alpha=8), another r, another alpha."""
+    from helpers.qlora import load_qlora
+
+    return {(r, alpha): load_qlora("embedded", r=r, alpha=alpha)[0] for r, alpha in ((4, 8), (8, 16), (4, 16))}
+
+
+def test_a_checkpoint_fits_the_model_it_was_saved_from(interrupted, adapters, tmp_path):
+    base = interrupted[-1]
+    assert check_checkpoint(base / "reference" / "checkpoint-12", model=adapters[4, 8]) == []
+
+
+def test_a_checkpoint_of_another_shape_is_skipped_with_both_shapes_named(interrupted, adapters, tmp_path, capsys):
+    """Notebook 08's switch to another model under the same run name: the Trainer would stop on a size mismatch."""
+    base = interrupted[-1]
+    shutil.copytree(base / "reference" / "checkpoint-12", tmp_path / "checkpoint-12")
+    problems = check_checkpoint(tmp_path / "checkpoint-12", model=adapters[8, 16])
+    assert "adapter_config.json has r = 4, this model's adapter 8" in problems
+    shapes = [p for p in problems if "tensor(s) of another shape than this model's" in p]
+    assert len(shapes) == 1 and re.search(r"is \(4, \d+\) in the checkpoint, \(8, \d+\) in this model", shapes[0])
+    with pytest.raises(CheckpointsRejected, match="another shape"):
+        latest_valid_checkpoint(tmp_path, model=adapters[8, 16])
+
+
+def test_an_adapter_of_another_alpha_is_skipped_though_its_shapes_fit(interrupted, adapters, tmp_path):
+    """Same shapes, another scale: the Trainer would load it and go on training something else, silently."""
+    base = interrupted[-1]
+    assert check_checkpoint(base / "reference" / "checkpoint-12", model=adapters[4, 16]) == [
+        "adapter_config.json has lora_alpha = 8, this model's adapter 16"
+    ]
+
+
+def test_a_checkpoint_that_lacks_or_adds_tensors_is_skipped(interrupted, adapters, tmp_path):
+    from safetensors.torch import save_file
+
+    base = interrupted[-1]
+    folder = tmp_path / "checkpoint-12"
+    shutil.copytree(base / "reference" / "checkpoint-12", folder)
+    (folder / MANIFEST_NAME).unlink()
+    tensors = load_file(folder / "adapter_model.safetensors")
+    dropped = sorted(tensors)[0]
+    save_file({k: v for k, v in tensors.items() if k != dropped} | {"extra.weight": torch.zeros(2)},
+              folder / "adapter_model.safetensors")  # fmt: skip
+    problems = check_checkpoint(folder, model=adapters[4, 8])
+    assert any(f"lacks 1 tensor(s) this model has, e.g. {dropped}" in p for p in problems), problems
+    assert any("holds 1 tensor(s) this model does not have, e.g. extra.weight" in p for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    ("base", "fits"),
+    [("/content/elsewhere/tiny-llama/", True), ("Org/TINY-LLAMA", True), ("Qwen/Qwen2.5-0.5B-Instruct", False)],
+)
+def test_the_base_model_is_compared_by_its_name_not_its_folder(interrupted, adapters, tmp_path, base, fits):
+    """The same model in another folder (a checkout, site-packages, another machine) resumes; another model not."""
+    folder = tmp_path / "checkpoint-12"
+    shutil.copytree(interrupted[-1] / "reference" / "checkpoint-12", folder)
+    (folder / MANIFEST_NAME).unlink()
+    config = json.loads((folder / "adapter_config.json").read_text())
+    (folder / "adapter_config.json").write_text(json.dumps(config | {"base_model_name_or_path": base}))
+    problems = check_checkpoint(folder, model=adapters[4, 8])
+    assert problems == ([] if fits else [f"adapter_config.json has base_model_name_or_path = {base!r}, " +
+                                         f"this model's adapter {config['base_model_name_or_path']!r}"])  # fmt: skip

@@ -2,23 +2,27 @@
 
 import io
 import json
+import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import nbformat
 import pytest
 
-from helpers.maintainer import runner
+from helpers._util import NotRegularFile, read_regular_file
+from helpers.maintainer import failures, runner
 from helpers.maintainer.notebooks import NOTEBOOKS_DIR
 from helpers.maintainer.runner import UsageError, run, select
 
 
-def run_cli(*args, cwd=None):
+def run_cli(*args, cwd=None, timeout=600):
     return subprocess.run(
-        [sys.executable, "-m", "helpers", "run", *args], capture_output=True, text=True, timeout=600, cwd=cwd
+        [sys.executable, "-m", "helpers", "run", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd
     )
 
 
@@ -166,8 +170,13 @@ def test_a_dead_kernel_a_hanging_cell_and_a_corrupt_file_are_failed_rows_and_the
     assert "| 04_runs_after | ok |" in summary and summary.count("```\n") == 2 * 3  # three failures shown
 
 
-def test_an_interrupt_still_writes_the_summary(tmp_path):
-    write_notebooks(tmp_path / "nbs", {"01_hangs": ["import time\ntime.sleep(3600)"], "02_never_reached": RUNS_AFTER})
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
+def test_an_interrupt_still_writes_the_summary(tmp_path, sig, code):
+    """Ctrl-C, or SIGTERM (what a scheduler or CI sends), to a real runner in a sleeping cell."""
+    started = tmp_path / "kernel.pid"  # written by the sleeping cell as it starts: an event, not a delay
+    sleeps = f"import os, time\nopen({str(started)!r}, 'w').write(str(os.getpid()))\ntime.sleep(3600)"
+    notebooks = {"01_runs": RUNS_AFTER, "02_sleeps": [sleeps], "03_never_reached": RUNS_AFTER}
+    write_notebooks(tmp_path / "nbs", notebooks)
     out = tmp_path / "out"
     process = subprocess.Popen(
         [sys.executable, "-m", "helpers", "run", "--notebooks", str(tmp_path / "nbs"), "--out", str(out)],
@@ -176,19 +185,184 @@ def test_an_interrupt_still_writes_the_summary(tmp_path):
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        # papermill writes the executed copy as the first cell starts
-        while not (out / "notebooks" / "01_hangs.ipynb").exists() and time.monotonic() < deadline:
+        deadline = time.monotonic() + 120
+        while not (started.exists() and started.read_text()) and time.monotonic() < deadline:
             time.sleep(0.1)
-        time.sleep(1)  # into the sleeping cell
-        process.send_signal(signal.SIGINT)  # Ctrl-C
+        assert process.poll() is None, "the runner ended before the sleeping cell started"
+        process.send_signal(sig)
         stdout, stderr = process.communicate(timeout=60)
     finally:
         process.kill()
-    assert process.returncode == 130, stdout + stderr
-    assert "interrupted" in stderr and "0 ok, 0 failed, 2 not run" in stdout
+    assert process.returncode == code, stdout + stderr
+    assert f"interrupted ({sig.name})" in stderr and "1 ok, 0 failed, 1 interrupted, 1 not run" in stdout
     rows = json.loads((out / "summary.json").read_text())
-    assert [(r["notebook"], r["status"]) for r in rows] == [("01_hangs", "not run"), ("02_never_reached", "not run")]
+    assert [(r["notebook"], r["status"]) for r in rows] == [
+        ("01_runs", "ok"),
+        ("02_sleeps", "interrupted"),
+        ("03_never_reached", "not run"),
+    ]
+    assert rows[0]["results"] == {"ran": True}  # what finished before the interrupt is kept
+    assert f"the cells it ran are in {out / 'notebooks' / '02_sleeps.ipynb'}" in rows[1]["error"]
+    assert "| 02_sleeps | interrupted |" in (out / "summary.md").read_text()
+    kernel = int(started.read_text())
+    deadline = time.monotonic() + 30
+    while _alive(kernel) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(kernel), f"the interrupted notebook's kernel (pid {kernel}) is still running"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return not Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"  # a zombie has ended
+
+
+def run_fake(tmp_path, monkeypatch, execute_02):
+    """run() over three notebooks whose execution is faked, 02's by `execute_02(path)`; its code and rows."""
+    write_notebooks(tmp_path / "nbs", {"01_first": RUNS_AFTER, "02_second": RUNS_AFTER, "03_third": RUNS_AFTER})
+
+    def fake_execute(path, out, **kwargs):
+        if path.stem == "02_second":
+            execute_02(path)
+        return runner.Outcome(path.stem, "ok", 1.0)
+
+    monkeypatch.setattr(runner, "execute", fake_execute)
+    code = run(folder=tmp_path / "nbs", out=tmp_path / "out")
+    rows = json.loads((tmp_path / "out" / "summary.json").read_text())
+    return code, [(r["notebook"], r["status"]) for r in rows]
+
+
+def test_sigterm_stops_run_as_ctrl_c_does_and_the_previous_handler_is_put_back(tmp_path, monkeypatch):
+    reached = []  # a SIGTERM that reaches the test's own handler was not caught by run()
+
+    def sigterm_then_wait(path):
+        os.kill(os.getpid(), signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # run()'s handler raises out of this loop
+            time.sleep(0.05)
+
+    previous = signal.signal(signal.SIGTERM, reached.append)
+    try:
+        code, rows = run_fake(tmp_path, monkeypatch, sigterm_then_wait)
+        after = signal.getsignal(signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert reached == [] and after == reached.append
+    assert code == 143
+    assert rows == [("01_first", "ok"), ("02_second", "interrupted"), ("03_third", "not run")]
+
+
+def test_off_the_main_thread_or_with_sigterm_ignored_run_leaves_the_handler_alone(tmp_path, monkeypatch):
+    seen = []
+    # signal.signal raises ValueError off the main thread: run() must not try
+    worker = threading.Thread(
+        target=lambda: seen.append(run_fake(tmp_path / "thread", monkeypatch, lambda path: None)[0])
+    )
+    worker.start()
+    worker.join(60)
+    assert seen == [0]
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)  # ignored on purpose (nohup, a parent's choice)
+    try:
+        code, _ = run_fake(
+            tmp_path / "ignored", monkeypatch, lambda path: seen.append(signal.getsignal(signal.SIGTERM))
+        )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert code == 0 and seen[1:] == [signal.SIG_IGN]
+
+
+# ---------------------------------------------------------------------------------------------
+# hostile notebooks: what the runner copies of an error is bounded and printable; it opens only
+# regular files
+
+
+HUGE = 20_000_000  # characters of one error message: 20 MB, copied whole three times before the cap
+
+
+def run_cli_capped(*args, timeout):
+    """run_cli with each process's address space capped at 4 GiB (the kernel inherits it): a runner
+    that read /dev/zero would fail with MemoryError instead of filling the machine."""
+    capped = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30)); "
+        "from helpers.__main__ import main; sys.exit(main())"
+    )
+    return subprocess.run([sys.executable, "-c", capped, "run", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_huge_error_control_characters_a_fifo_and_a_device_are_bounded_rows_and_the_rest_still_runs(tmp_path):
+    nbs, out = tmp_path / "nbs", tmp_path / "out"
+    escapes = r"raise ValueError('\x1b[2J\x1b]0;title\x07\rOVERWRITTEN\n```\n# not a heading')"
+    write_notebooks(
+        nbs,
+        {"01_huge_error": [f"raise ValueError('x' * {HUGE})"], "02_escapes": [escapes], "05_runs_after": RUNS_AFTER},
+    )
+    os.mkfifo(nbs / "03_x.ipynb")  # opened, it would block the run until a writer came: never
+    (nbs / "04_zero.ipynb").symlink_to("/dev/zero")  # read, it would never end
+    done = run_cli_capped("--notebooks", str(nbs), "--out", str(out), timeout=300)
+    assert done.returncode == 1 and "1 ok, 4 failed" in done.stdout, done.stdout + done.stderr[-3000:]
+    rows = {row["notebook"]: row for row in json.loads((out / "summary.json").read_text())}
+    assert rows["05_runs_after"]["status"] == "ok" and rows["05_runs_after"]["results"] == {"ran": True}
+    summary = (out / "summary.md").read_text()
+    # 1. the 20 MB error: a few KB in each copy, saying where it was cut and where the whole is
+    for copy, text in [("summary.md", summary), ("summary.json", json.dumps(rows)), ("the terminal", done.stderr)]:
+        assert len(text) < 20_000, f"{copy} holds {len(text):,} characters"
+    huge = rows["01_huge_error"]["error"]
+    assert len(huge) <= failures.MAX_ERROR_CHARS + 500
+    executed = out / "notebooks" / "01_huge_error.ipynb"
+    assert f"[cut at character 1,000 of {HUGE:,}: the whole is in the executed notebook {executed}]" in huge
+    assert "raise ValueError('x' * 20000000)" in huge  # the cell and the traceback survive the cut
+    error_outputs = [o for c in json.loads(executed.read_text())["cells"] for o in c.get("outputs", [])]
+    assert [len(o["evalue"]) for o in error_outputs if o["output_type"] == "error"] == [HUGE]  # kept whole there
+    # 2. control characters: escaped, so they neither clear the terminal nor rewrite its line
+    escaped = rows["02_escapes"]["error"]
+    assert "ValueError: \\x1b[2J\\x1b]0;title\\x07\\rOVERWRITTEN" in escaped
+    for copy, text in [("summary.md", summary), ("summary.json", escaped), ("the terminal", done.stderr)]:
+        assert "\x1b[2J" not in text and "\x07" not in text and "\rOVERWRITTEN" not in text, copy
+    # the error's own ``` cannot close its code block in summary.md: the fence is longer
+    block = re.search(r"^(`{4,})\n02_escapes\.ipynb: .*?^\1$", summary, re.S | re.M)
+    assert block and "\n# not a heading\n" in block.group()
+    # 3. a FIFO and a link to a device, named like notebooks: refused unopened, with the reason and the fix
+    fix = "the runner opens only regular files"
+    assert rows["03_x"]["error"].startswith(f"03_x.ipynb is a named pipe (FIFO), not a regular file: {fix}")
+    assert rows["04_zero"]["error"].startswith(
+        f"04_zero.ipynb is a character device (a symbolic link to /dev/zero), not a regular file: {fix}"
+    )
+    assert f"Put the notebook itself at {nbs / '03_x.ipynb'}, or move this out of {nbs}." in rows["03_x"]["error"]
+
+
+@pytest.mark.parametrize("name", ["03", "03_x.ipynb"], ids=["by-number", "by-path"])
+def test_a_fifo_named_on_the_command_line_is_refused_without_hanging(tmp_path, name):
+    (tmp_path / "nbs").mkdir()
+    os.mkfifo(tmp_path / "nbs" / "03_x.ipynb")
+    only = name if name == "03" else str(tmp_path / "nbs" / name)
+    done = run_cli("--notebooks", str(tmp_path / "nbs"), "--out", str(tmp_path / "out"), "--only", only, timeout=120)
+    assert done.returncode == 1 and "0 ok, 1 failed" in done.stdout, done.stdout + done.stderr
+    assert "03_x.ipynb is a named pipe (FIFO), not a regular file" in done.stderr
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())[0]["status"] == "failed"
+
+
+def test_a_path_swapped_for_a_fifo_after_its_check_is_refused_without_blocking(tmp_path, monkeypatch):
+    fifo, regular = tmp_path / "03_x.ipynb", tmp_path / "regular.ipynb"
+    os.mkfifo(fifo)
+    regular.write_text("{}")
+    real_stat = os.stat
+    # the swap as the reader sees it: os.stat found a regular file, the open finds a FIFO
+    monkeypatch.setattr(os, "stat", lambda p, *a, **k: real_stat(regular if Path(p) == fifo else p, *a, **k))
+    refused = []
+
+    def read():
+        with pytest.raises(NotRegularFile) as e:
+            read_regular_file(fifo)
+        refused.append(str(e.value))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(30)
+    if reader.is_alive():  # blocked in a blocking open: a writer releases it before the test fails
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    assert refused == ["03_x.ipynb is a named pipe (FIFO), not a regular file"]
 
 
 def test_out_must_be_a_folder_that_can_be_written(tmp_path):

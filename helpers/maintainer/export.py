@@ -9,10 +9,14 @@
 - `DIR/job.sbatch`: the Slurm job: resources, and a requeue on preemption or at the time limit
   (Slurm sends USR1 two minutes early, the trap calls `scontrol requeue`), after which the job
   resumes from the newest whole checkpoint;
-- `DIR/logs/`: where the job's output goes (Slurm does not create the folder itself).
+- `DIR/logs/`: where the job's output goes (Slurm does not create the folder itself);
+- `DIR/exported.sha256`: what was written (`sha256sum -c exported.sha256` checks it), so that the
+  next export replaces the files only where nobody edited them since, unless `--force`.
 
-train.py is written from the template below, not cut out of the notebook: the notebook teaches
-(a simulated disconnect, a report), the script runs unattended. Claim 3 of notebook 08's lesson.
+train.py is written from `helpers.maintainer.train_template`, not cut out of the notebook. The job
+file is shell: every value pasted into it is checked first (#SBATCH lines take no quoting, so a run
+name, partition or time sbatch would misread is refused, saying what would work) and every path in
+a shell command is quoted. Claim 3 of notebook 08's lesson.
 """
 
 from __future__ import annotations
@@ -20,17 +24,25 @@ from __future__ import annotations
 import ast
 import json
 import re
+import shlex
 from pathlib import Path
 
+from helpers._checksums import sha256_file
 from helpers.maintainer.notebooks import SOURCES_DIR
+from helpers.maintainer.train_template import TRAIN_TEMPLATE
 
 __all__ = ["EXPORTABLE", "ExportError", "accelerate_config", "export", "notebook_parameters", "sbatch_script"]
 
 EXPORTABLE = {"08": "08_capstone"}  # notebook number -> source stem: what `export` knows how to turn into a job
 # the notebook's demonstrations only: a real job is cut short by Slurm, answers no question, trains no tiny model
 SKIPPED = ("disconnect_after_step", "max_new_tokens", "tiny_learning_rate")
-TIME_FORMAT = re.compile(r"^(\d+-)?\d{1,2}:\d{2}:\d{2}$")  # Slurm's [D-]HH:MM:SS
+# what an #SBATCH line can carry, unquoted (sbatch splits it on spaces and takes quotes off), matched whole
+TIME_FORMAT = re.compile(r"(\d+-)?\d{1,2}:\d{2}:\d{2}")  # Slurm's [D-]HH:MM:SS
+NAME = r"[A-Za-z0-9_][A-Za-z0-9._-]*"  # a job name, and the run's folder: not "..", not an option
+PARTITIONS = re.compile(rf"{NAME}(,{NAME})*")  # one or several, by preference
+PRECISIONS = ("no", "fp16", "bf16")
 MAX_GPUS = 64  # per node: more than any machine holds
+RECORD = "exported.sha256"  # sha256sum's format: "<hex>  <name>" a line
 
 
 class ExportError(ValueError):
@@ -70,6 +82,8 @@ def notebook_parameters(source: str | Path) -> dict[str, tuple[object, str]]:
 
 def accelerate_config(gpus: int, mixed_precision: str) -> str:
     """An accelerate config (YAML) for `gpus` GPUs on one machine: distributed_type MULTI_GPU for 2 or more."""
+    if mixed_precision not in PRECISIONS:
+        raise ExportError(f"mixed_precision {mixed_precision!r}: pass one of {', '.join(PRECISIONS)}, or a --card")
     return "\n".join(
         [
             "# written by `python -m helpers export 08`: one machine, "
@@ -98,7 +112,12 @@ def accelerate_config(gpus: int, mixed_precision: str) -> str:
 def sbatch_script(
     gpus: int, *, time: str = "04:00:00", partition: str | None = None, run_name: str = "capstone"
 ) -> str:
-    """The Slurm job: `gpus` GPUs on one node, requeued on preemption, resuming from the last valid checkpoint."""
+    """The Slurm job: `gpus` GPUs on one node, requeued on preemption, resuming from the last valid checkpoint.
+
+    Raises ExportError for a value sbatch would misread: the #SBATCH block ends at its first line
+    that is not one (a newline in a partition would leave --requeue and --signal out of it).
+    """
+    _check_sbatch_values(time, partition, run_name)
     options = [
         f"--job-name=kit-08-{run_name}",
         "--nodes=1",
@@ -114,11 +133,44 @@ def sbatch_script(
         "--signal=B:USR1@120",  # USR1 to this script 120 s before the time limit
     ]
     return SBATCH_TEMPLATE.replace("{{SBATCH}}", "\n".join(f"#SBATCH {o}" for o in options)).replace(
-        "{{RUN_NAME}}", run_name
+        "{{OUTPUT_DIR}}", shlex.quote(f"runs/{run_name}")
     )
 
 
-def export(number: str, out: str | Path, *, gpus: int = 1, card: str | None = None, **job) -> list[Path]:
+def _check_sbatch_values(time: str, partition: str | None, run_name: str) -> None:
+    """Each value is one sbatch reads as it is meant, or an ExportError naming it and what would work."""
+    if not (isinstance(time, str) and TIME_FORMAT.fullmatch(time)):
+        raise ExportError(f"time {time!r} is not Slurm's [D-]HH:MM:SS: pass e.g. --time 04:00:00 or 1-00:00:00")
+    unquoted = "#SBATCH lines take no quoting: letters, digits, '.', '_' and '-' only, starting with neither"
+    if partition is not None and not (isinstance(partition, str) and PARTITIONS.fullmatch(partition)):
+        raise ExportError(
+            f"partition {partition!r} is not a Slurm partition name ({unquoted} '.' nor '-'; several joined "
+            f"by commas): pass e.g. --partition {_suggest(partition, 'gpu')}"
+        )
+    if not (isinstance(run_name, str) and re.fullmatch(NAME, run_name)):
+        raise ExportError(
+            f"run_name {run_name!r} cannot name the Slurm job and its folder runs/<run_name> ({unquoted} '.' nor "
+            f"'-'): set e.g. run_name = {_suggest(run_name, 'capstone')!r} in the parameters cell of "
+            f"{SOURCES_DIR / (EXPORTABLE['08'] + '.py')}, then export again"
+        )
+
+
+def _suggest(value, default: str) -> str:
+    """`value` with every run of characters an #SBATCH line cannot carry (and of '-') made one '-'."""
+    return re.sub(r"(?:[^A-Za-z0-9._]|-)+", "-", str(value)).strip("-.") or default
+
+
+def export(
+    number: str,
+    out: str | Path,
+    *,
+    gpus: int = 1,
+    card: str | None = None,
+    mixed_precision: str | None = None,
+    time: str = "04:00:00",
+    partition: str | None = None,
+    force: bool = False,
+) -> list[Path]:
     """Write train.py, accelerate_config.yaml, job.sbatch and logs/ into `out`; return the files written.
 
     Args:
@@ -126,34 +178,55 @@ def export(number: str, out: str | Path, *, gpus: int = 1, card: str | None = No
         out: a folder (created if needed).
         gpus: GPUs per job, 1..64.
         card: a catalog card ("T4", "A100-80GB"): bf16 from compute capability 8.0, fp16 below.
-        job: `mixed_precision` ("no", "fp16", "bf16"; overrides the card), `time` ([D-]HH:MM:SS),
-            `partition`.
+        mixed_precision: "no", "fp16" or "bf16"; overrides the card.
+        time: Slurm's time limit, [D-]HH:MM:SS.
+        partition: the Slurm partition (or several, comma-separated); None: the cluster's default.
+        force: replace files edited since the last export (without it, an ExportError names them).
     """
-    stem, out = _check(number, out, gpus, job.get("time", "04:00:00"))
+    stem, out = _check(number, out, gpus)
     source = SOURCES_DIR / f"{stem}.py"
     if not source.is_file():
         raise ExportError(f"{source} is missing: export runs from a clone of the kit (git clone, then run it there)")
     parameters = {k: v for k, v in notebook_parameters(source).items() if k not in SKIPPED}
-    precision = job.get("mixed_precision") or _card_precision(card)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "logs").mkdir(exist_ok=True)
-    files = {
+    files = {  # every value checked before anything is written
         "train.py": TRAIN_TEMPLATE.replace("{{PARAMETERS}}", _parameters_literal(parameters)),
-        "accelerate_config.yaml": accelerate_config(gpus, precision),
+        "accelerate_config.yaml": accelerate_config(gpus, mixed_precision or _card_precision(card)),
         "job.sbatch": sbatch_script(
-            gpus,
-            time=job.get("time", "04:00:00"),
-            partition=job.get("partition"),
-            run_name=str(parameters.get("run_name", ("capstone",))[0]),
+            gpus, time=time, partition=partition, run_name=parameters.get("run_name", ("capstone",))[0]
         ),
     }
+    edited = _edited(out, files)
+    if edited and not force:
+        raise ExportError(
+            f"{', '.join(map(str, edited))}: changed since the last export (not the SHA-256 in {out / RECORD}, "
+            "or no export wrote it): keep a copy of your edits, then export again with --force (force=True) to "
+            "replace them, or pass another --out"
+        )
+    (out / "logs").mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
         (out / name).write_text(text, encoding="utf-8")
     (out / "job.sbatch").chmod(0o755)
+    (out / RECORD).write_text("".join(f"{sha256_file(out / name)}  {name}\n" for name in files), encoding="utf-8")
     return [out / name for name in files]
 
 
-def _check(number: str, out, gpus: int, time: str) -> tuple[str, Path]:
+def _edited(out: Path, files: dict[str, str]) -> list[Path]:
+    """The files in `out` that writing `files` would replace and that are not what the last export wrote there."""
+    recorded = {}
+    if (out / RECORD).is_file():
+        for line in (out / RECORD).read_text(encoding="utf-8", errors="replace").splitlines():
+            digest, _, name = line.partition("  ")
+            recorded[name] = digest
+    return [
+        out / name
+        for name, text in files.items()
+        if (out / name).is_file()
+        and (out / name).read_bytes() != text.encode("utf-8")  # the same again loses nothing
+        and sha256_file(out / name) != recorded.get(name)
+    ]
+
+
+def _check(number: str, out, gpus: int) -> tuple[str, Path]:
     stem = EXPORTABLE.get(str(number)) or (str(number) if str(number) in EXPORTABLE.values() else None)
     if stem is None:
         known = ", ".join(f"{k} ({v})" for k, v in EXPORTABLE.items())
@@ -163,8 +236,6 @@ def _check(number: str, out, gpus: int, time: str) -> tuple[str, Path]:
         raise ExportError(f"--out {out} is a file: pass a folder, e.g. --out {out.with_suffix('')}-job")
     if not (isinstance(gpus, int) and 1 <= gpus <= MAX_GPUS):
         raise ExportError(f"gpus={gpus!r}: pass a whole number from 1 to {MAX_GPUS}, e.g. --gpus 2")
-    if not TIME_FORMAT.match(time):
-        raise ExportError(f"time {time!r} is not Slurm's [D-]HH:MM:SS: pass e.g. --time 04:00:00 or 1-00:00:00")
     return stem, out
 
 
@@ -197,152 +268,6 @@ def _literal(value) -> str:
     return repr(value)
 
 
-TRAIN_TEMPLATE = '''\
-"""Notebook 08's capstone as a script: a QLoRA fine-tune that resumes from its last valid checkpoint.
-
-Written by `python -m helpers export 08`; its defaults are the notebook's parameters cell as it was
-then (export again to follow a change). The kit must be installed (pip install the repository).
-
-    python train.py --smoke --max-steps 4                            # the embedded tiny model, on a CPU
-    accelerate launch --config_file accelerate_config.yaml train.py  # 1..N GPUs on this machine
-    sbatch job.sbatch                                                # Slurm: requeued on preemption
-
-Started again with the same --output-dir (a requeued job is), it goes on from the newest whole
-checkpoint (helpers.resume.latest_valid_checkpoint); a finished run trains nothing more.
-"""
-
-from __future__ import annotations
-
-import argparse
-import json
-import os
-import sys
-from pathlib import Path
-
-# notebooks/src/08_capstone.py's parameters cell: name -> (default, the notebook's comment)
-PARAMETERS = {{PARAMETERS}}
-
-
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description="Notebook 08's QLoRA fine-tune, resumable.")
-    for name, (default, comment) in PARAMETERS.items():
-        flag = "--" + name.replace("_", "-")
-        text = f"{comment} (default {default})".replace("%", "%%")
-        if isinstance(default, bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=text)
-        else:
-            parser.add_argument(flag, type=type(default), default=default, help=text)
-    parser.add_argument("--output-dir", help="checkpoints go here; a restart resumes here (default: runs/RUN_NAME)")
-    parser.add_argument("--track", action="store_true", help="track with W&B (offline without a key), notebook 06")
-    return parser.parse_args(argv)
-
-
-def course_data(tokenizer, opts, tiny):
-    """The notebook's data: instruction / response pairs, a few held out (72 rows when tiny)."""
-    from helpers.data import load_course_data
-
-    def to_features(row):
-        text = f"### Instruction:\\n{row['instruction']}\\n\\n### Response:\\n{row['response']}{tokenizer.eos_token}"
-        return tokenizer(text, truncation=True, max_length=opts.seq_len)
-
-    rows = load_course_data().shuffle(seed=opts.seed)
-    rows = rows.select(range(72)) if tiny else rows
-    split = rows.train_test_split(test_size=8 if tiny else 16, seed=opts.seed)
-    return [split[s].map(to_features, remove_columns=rows.column_names) for s in ("train", "test")]
-
-
-def finished(checkpoint):
-    """True when `checkpoint` ends its run: resuming from it would train one step past the end."""
-    state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
-    return state["global_step"] >= state["max_steps"]
-
-
-def main(argv=None):
-    opts = parse_args(argv)
-    import datasets
-    import torch
-    from transformers import DataCollatorForLanguageModeling, Trainer
-
-    from helpers.manifest import ManifestCallback, load_manifest
-    from helpers.models import is_embedded
-    from helpers.qlora import load_qlora
-    from helpers.resume import latest_valid_checkpoint
-    from helpers.seeds import seed_everything
-    from helpers.training import training_args
-
-    datasets.disable_progress_bars()
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
-        os.environ.setdefault("ACCELERATE_USE_CPU", "true")  # no GPU: the processes train on CPU over gloo
-    output_dir = Path(opts.output_dir or Path("runs") / opts.run_name).resolve()
-    seed_everything(opts.seed)
-    model, tokenizer = load_qlora(opts.model_id, smoke=opts.smoke)
-    if is_embedded(model) and not torch.cuda.is_available():
-        torch.set_num_threads(1)  # the tiny model's matrices are too small to share out
-    model_name = "embedded" if is_embedded(model) else opts.model_id
-    train, held_out = course_data(tokenizer, opts, tiny=opts.smoke or is_embedded(model))
-    resume_from = latest_valid_checkpoint(output_dir)
-    if resume_from and finished(resume_from):
-        print(f"{resume_from} ends a finished run: nothing left to train (a new --output-dir starts afresh)")
-        return 0
-    print(f"resuming from {resume_from}" if resume_from else f"starting afresh in {output_dir}")
-    report_to = "none"
-    if opts.track and int(os.environ.get("RANK", "0")) == 0:
-        from helpers.tracking import init_tracking
-
-        previous = load_manifest(resume_from)["tracking"] if resume_from else None
-        config = {k: getattr(opts, k) for k in PARAMETERS} | {"model": model_name}
-        run_id = previous["run_id"] if previous else None
-        tracking = init_tracking("kit-08-capstone", config, name=opts.run_name, dir=output_dir, run_id=run_id)
-        report_to = tracking.report_to
-    precision = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")  # from accelerate_config.yaml
-    args = training_args(
-        str(output_dir),
-        per_device_train_batch_size=opts.per_device_batch,
-        gradient_accumulation_steps=opts.grad_accum_steps,
-        activation_checkpointing=True,  # already on in the QLoRA model; recorded in the manifest
-        learning_rate=opts.learning_rate,
-        num_train_epochs=opts.num_train_epochs,
-        logging_steps=opts.logging_steps,
-        report_to=report_to,
-        seed=opts.seed,
-        max_steps=opts.max_steps,
-        save_strategy="steps",
-        save_steps=opts.save_steps,
-        save_total_limit=2,
-        disable_tqdm=True,
-        dataloader_pin_memory=torch.cuda.is_available(),
-        ddp_find_unused_parameters=False,  # every LoRA adapter takes part in every step
-        **({"bf16": precision == "bf16", "fp16": precision == "fp16"} if precision in ("bf16", "fp16") else {}),
-    )
-    trainer = Trainer(
-        model=model,
-        args=args,
-        train_dataset=train,
-        eval_dataset=held_out,
-        data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
-        callbacks=[ManifestCallback(model_id=model_name, dataset=train)],
-    )
-    trainer.train(resume_from_checkpoint=resume_from)
-    eval_loss = trainer.evaluate()["eval_loss"]
-    if trainer.is_world_process_zero():
-        trainer.save_model(str(output_dir / "final"))
-        losses = {h["step"]: h["loss"] for h in trainer.state.log_history if "loss" in h}
-        step = trainer.state.global_step
-        result = {"resumed_from": resume_from, "global_step": step, "eval_loss": eval_loss, "losses": losses}
-        (output_dir / "result.json").write_text(json.dumps(result, indent=2))
-        print(f"done: step {step}, held-out loss {eval_loss:.4f}, in {output_dir}")
-    # every rank waits for rank 0's saving, then leaves the process group: a rank that exits with
-    # the group alive aborts in gloo's threads ("terminate called without an active exception")
-    # and the launcher reports the whole job failed, after it trained to the end
-    trainer.accelerator.wait_for_everyone()
-    trainer.accelerator.end_training()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-'''
-
 SBATCH_TEMPLATE = """\
 #!/bin/bash
 # Notebook 08's capstone as a Slurm job, written by `python -m helpers export 08`.
@@ -354,7 +279,9 @@ SBATCH_TEMPLATE = """\
 
 set -euo pipefail
 cd "${SLURM_SUBMIT_DIR:-.}"
-OUTPUT_DIR="${OUTPUT_DIR:-runs/{{RUN_NAME}}}"  # the same folder on every restart: that is what resumes
+# the same folder on every restart: that is what resumes (OUTPUT_DIR=DIR sbatch job.sbatch picks another)
+DEFAULT_OUTPUT_DIR={{OUTPUT_DIR}}
+OUTPUT_DIR="${OUTPUT_DIR:-${DEFAULT_OUTPUT_DIR}}"
 
 requeue() {
     echo "$(date -Is) USR1: requeueing job ${SLURM_JOB_ID}; it resumes from the newest valid checkpoint"

@@ -6,9 +6,14 @@ notebook passed to `helpers.record`), then `<out>/summary.md` and `<out>/summary
 
 Every notebook runs, whatever happens to the others, and the summary is always written: a failing
 cell, a kernel that dies (killed for memory), a cell that runs past `--cell-timeout`, a file that is
-not a notebook, or anything else that stops one notebook is one failed row, named with its cause.
-An interrupt (Ctrl-C) writes the summary too, with the notebooks it did not reach as "not run".
-The exit code: 0 when every notebook ran clean, 1 when any did not, 130 after an interrupt.
+not a notebook, or anything else that stops one notebook is one failed row, named with its cause
+(`helpers.maintainer.failures`: a few KB at most, printable; the executed copy keeps the whole
+error). Only regular files are opened: a named pipe, a device or a socket named like a notebook, or
+a link to one, is a failed row that says so, never opened (a pipe would block the run for good).
+An interrupt, Ctrl-C or SIGTERM (what a scheduler or CI sends to stop a job), writes the summary
+too: the notebook it stopped as "interrupted", those it did not reach as "not run".
+The exit code: 0 when every notebook ran clean, 1 when any did not, 128 + the signal's number after
+an interrupt (130 for Ctrl-C, 143 for SIGTERM), as a shell reports a process a signal ended.
 
 `--cell-timeout SECONDS` bounds each cell: 300 s by default with `--smoke` (the slowest smoke
 notebook takes about 20 s in all on a laptop CPU: room for a loaded CI machine), 3600 s without
@@ -24,14 +29,15 @@ import json
 import logging
 import math
 import re
+import signal
 import sys
 import threading
 import time
-import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from helpers._util import environ
+from helpers._util import environ, read_regular_file
+from helpers.maintainer.failures import describe_failure, printable
 from helpers.maintainer.notebooks import NOTEBOOKS_DIR
 from helpers.results import load_results
 from helpers.simulate import VARIABLE as simulate_variable
@@ -54,8 +60,6 @@ SMOKE_PARAMETERS = {"smoke": True, "max_steps": 4}
 # seconds one cell may run before its notebook fails (--cell-timeout): see the module docstring
 CELL_TIMEOUT_S = {"smoke": 300.0, "full": 3600.0}
 MAX_CELL_TIMEOUT_S = 7 * 24 * 3600.0  # a week: past this, a typo more likely than a plan
-INTERRUPTED = 130  # the shell's exit code for Ctrl-C
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class UsageError(ValueError):
@@ -65,7 +69,7 @@ class UsageError(ValueError):
 @dataclass
 class Outcome:
     notebook: str
-    status: str  # "ok", "failed" or "not run" (after an interrupt)
+    status: str  # "ok", "failed", or after an interrupt "interrupted" (the one it stopped) or "not run"
     seconds: float
     results: dict = field(default_factory=dict)
     error: str = ""
@@ -109,12 +113,13 @@ def execute(
         _papermill(path, executed, results_file, out / "work" / stem, smoke, simulate, cell_timeout)
         error = ""
     except Exception as e:  # one notebook's end, whatever its cause: the next one still runs
-        error = _describe_failure(path, executed, e, cell_timeout)
+        error = describe_failure(path, executed, e, cell_timeout)
     seconds = time.perf_counter() - start
     try:
         results = load_results(results_file)
     except (OSError, ValueError) as e:  # a results file the notebook left unreadable
-        results, error = {}, error or f"{path.name}: its results file {results_file} does not read back ({e})"
+        unreadable = f"{path.name}: its results file {results_file} does not read back ({e})"
+        results, error = {}, error or printable(unreadable)
     return Outcome(stem, "failed" if error else "ok", seconds, results, error)
 
 
@@ -129,7 +134,7 @@ def _papermill(path, executed, results_file, workdir, smoke, simulate, cell_time
     executed.unlink(missing_ok=True)  # nor an executed copy from an earlier run
     workdir.mkdir(parents=True, exist_ok=True)
     executed.parent.mkdir(parents=True, exist_ok=True)
-    declared = declared_parameters(path)
+    declared = declared_parameters(path)  # reads the notebook, only if a regular file, before papermill opens it
     parameters = {"smoke": smoke} if "smoke" in declared else {}
     if smoke:
         parameters.update({k: v for k, v in SMOKE_PARAMETERS.items() if k in declared})
@@ -159,7 +164,7 @@ def declared_parameters(path: Path) -> set[str]:
     """
     import nbformat
 
-    nb = nbformat.read(path, as_version=4)
+    nb = nbformat.reads(read_regular_file(path), as_version=4)
     cells = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     if not cells:
         return set()
@@ -174,62 +179,6 @@ def declared_parameters(path: Path) -> set[str]:
         for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
         if isinstance(t, ast.Name)
     }
-
-
-def _describe_failure(path: Path, executed: Path, e: Exception, cell_timeout: float) -> str:
-    """What stopped the notebook, in words, with the cell it stopped in."""
-    import nbformat
-    import papermill as pm
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
-
-    if isinstance(e, pm.PapermillExecutionError):
-        tb = ANSI.sub("", "\n".join(e.traceback[-8:]))
-        return (
-            f"{path.name}: cell {e.exec_count} failed with {e.ename}: {e.evalue}\n"
-            f"  the cell:\n{_indent(e.source)}\n  traceback (last lines):\n{tb}"
-        )
-    if isinstance(e, DeadKernelError):
-        return (
-            f"{path.name}: the kernel died while running a cell (killed, or crashed: most often the system "
-            "killed it for using more memory than the machine has; lower per_device_batch or seq_len)"
-            f"{_last_cell(executed)}"
-        )
-    if isinstance(e, CellTimeoutError):
-        return (
-            f"{path.name}: a cell ran past --cell-timeout ({cell_timeout:g} s) and was stopped; if it is "
-            f"only slow on this machine, pass a larger --cell-timeout{_last_cell(executed)}"
-        )
-    if isinstance(e, (nbformat.reader.NotJSONError, nbformat.ValidationError, json.JSONDecodeError)):
-        return (
-            f"{path.name} is not a valid notebook ({type(e).__name__}: {_first_line(e)}). Rebuild it from "
-            "notebooks/src with `python -m helpers notebooks`, or restore it with git."
-        )
-    tb = "".join(traceback.format_exception(e)[-6:])
-    return f"{path.name}: the run stopped with {type(e).__name__}: {_first_line(e)}\n  traceback (last lines):\n{tb}"
-
-
-def _last_cell(executed: Path) -> str:
-    """The cell that was running when the notebook stopped: the last one papermill started."""
-    import nbformat
-
-    try:
-        cells = nbformat.read(executed, as_version=4).cells
-    except (OSError, ValueError):  # not written yet: it stopped before the first cell
-        return ""
-    started = [(i, c) for i, c in enumerate(cells) if c.get("metadata", {}).get("papermill", {}).get("start_time")]
-    if not started:
-        return ""
-    index, cell = started[-1]
-    return f"\n  the cell (number {index + 1} of {len(cells)}):\n{_indent(cell.source)}"
-
-
-def _indent(source: str) -> str:
-    return "\n".join("    " + line for line in source.splitlines())
-
-
-def _first_line(e: BaseException) -> str:
-    lines = str(e).strip().splitlines()
-    return lines[0][:300] if lines else ""
 
 
 def format_line(o: Outcome, max_figures: int = 5) -> str:
@@ -264,10 +213,16 @@ def write_summary(outcomes: list[Outcome], out: Path, *, smoke: bool, simulate: 
         lines.append(f"| {o.notebook} | {o.status} | {o.seconds:.1f} | {figures} |")
     failures = [o for o in outcomes if o.error]
     if failures:
-        lines += ["", "## Failures", ""] + [f"```\n{o.error}\n```" for o in failures]
+        lines += ["", "## Failures", ""] + [_fenced(o.error) for o in failures]
     path = out / "summary.md"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def _fenced(text: str) -> str:
+    """`text` as a Markdown code block whose fence is longer than any run of backticks in it, which cannot end it."""
+    fence = "`" * max(3, 1 + max(map(len, re.findall("`+", text)), default=0))
+    return f"{fence}\n{text}\n{fence}"
 
 
 def run(
@@ -284,7 +239,8 @@ def run(
     `out` defaults to build/, or build/simulated-<card>/ under `simulate`, so a simulation never
     overwrites the figures of a real run. `cell_timeout` (seconds per cell) defaults to
     `CELL_TIMEOUT_S["smoke"]` or `CELL_TIMEOUT_S["full"]`. Returns 0 when every notebook ran
-    clean, 1 when any failed, 130 after an interrupt; the summary is written in every case.
+    clean, 1 when any failed, 128 + the signal's number after Ctrl-C (130) or SIGTERM (143); the
+    summary is written in every case.
     """
     paths = select(names, folder)
     cell_timeout = _check_cell_timeout(
@@ -296,35 +252,79 @@ def run(
     if simulate:
         print(f"simulating {simulate} on this CPU: no figure of this run is a GPU measurement", flush=True)
     outcomes: list[Outcome] = []
-    code = None
+    running = None  # (path, start) of the notebook in progress: the row an interrupt leaves "interrupted"
+    stopped = None  # the signal that interrupted the run, if one did
     try:
-        for i, path in enumerate(paths, 1):
-            with progress(f"[{i}/{len(paths)}] running {path.stem} ..."):
-                outcome = execute(path, out, smoke=smoke, simulate=simulate, cell_timeout=cell_timeout)
-            outcomes.append(outcome)
-            print(format_line(outcome), flush=True)
-            if outcome.error:
-                print(outcome.error, file=sys.stderr, flush=True)
-    except KeyboardInterrupt:
-        print("interrupted: the notebooks not reached are listed as not run", file=sys.stderr, flush=True)
-        code = INTERRUPTED
+        with _sigterm_as_interrupt():
+            for i, path in enumerate(paths, 1):
+                running = (path, time.perf_counter())
+                with progress(f"[{i}/{len(paths)}] running {path.stem} ..."):
+                    outcome = execute(path, out, smoke=smoke, simulate=simulate, cell_timeout=cell_timeout)
+                outcomes.append(outcome)
+                running = None
+                print(format_line(outcome), flush=True)
+                if outcome.error:
+                    print(outcome.error, file=sys.stderr, flush=True)
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM raised as _Stopped
+        stopped = getattr(e, "signum", signal.SIGINT)
+        print(
+            f"interrupted ({signal.Signals(stopped).name}): the notebook it stopped is listed as interrupted, "
+            "those not reached as not run",
+            file=sys.stderr,
+            flush=True,
+        )
     finally:  # whatever stopped the loop, the summary says how far it got
-        ran = {o.notebook for o in outcomes}
-        outcomes += [
-            Outcome(p.stem, "not run", 0.0, error=f"{p.name}: not run (interrupted)")
-            for p in paths
-            if p.stem not in ran
-        ]
+        outcomes += _unfinished(paths, outcomes, running, out)
         summary = write_summary(outcomes, out, smoke=smoke, simulate=simulate)
-    failed = sum(o.status == "failed" for o in outcomes)
-    not_run = sum(o.status == "not run" for o in outcomes)
-    total = sum(o.seconds for o in outcomes)
+    counts = {s: sum(o.status == s for o in outcomes) for s in ("ok", "failed", "interrupted", "not run")}
     print(
-        f"{len(outcomes) - failed - not_run} ok, {failed} failed{f', {not_run} not run' if not_run else ''} "
-        f"in {total:.1f} s; executed notebooks in "
+        ", ".join(f"{n} {s}" for s, n in counts.items() if n or s in ("ok", "failed"))
+        + f" in {sum(o.seconds for o in outcomes):.1f} s; executed notebooks in "
         f"{out / 'notebooks'}, figures in {out / 'results'}, summary in {summary}"
     )
-    return code if code is not None else 1 if failed or not_run else 0
+    return 128 + stopped if stopped else 0 if counts["ok"] == len(outcomes) else 1
+
+
+def _unfinished(paths: list[Path], outcomes: list[Outcome], running, out: Path) -> list[Outcome]:
+    """Rows for the notebooks without an outcome: the one an interrupt stopped, then those it kept from starting."""
+    ran = {o.notebook for o in outcomes}
+    rows = []
+    for p in (p for p in paths if p.stem not in ran):
+        if running and p == running[0]:
+            seconds = time.perf_counter() - running[1]
+            executed = out / "notebooks" / f"{p.stem}.ipynb"
+            why = f"{p.name}: interrupted after {seconds:.1f} s, while it ran; the cells it ran are in {executed}"
+            rows.append(Outcome(p.stem, "interrupted", seconds, error=printable(why)))
+        else:
+            why = f"{p.name}: not run (the run was interrupted before it started)"
+            rows.append(Outcome(p.stem, "not run", 0.0, error=printable(why)))
+    return rows
+
+
+class _Stopped(KeyboardInterrupt):
+    """SIGTERM, raised as Ctrl-C raises KeyboardInterrupt: papermill and nbclient stop (and end the kernel) alike."""
+
+    signum = signal.SIGTERM
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """For the block, SIGTERM stops the run as Ctrl-C does (`_Stopped`); then the previous handler is back."""
+    previous = signal.getsignal(signal.SIGTERM)
+    # only the main thread may set a handler; one ignored on purpose (SIG_IGN) stays ignored, and one
+    # set outside Python (None) could not be put back afterwards
+    if threading.current_thread() is not threading.main_thread() or previous in (None, signal.SIG_IGN):
+        yield
+        return
+
+    def stop(signum, frame):
+        raise _Stopped
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager

@@ -277,7 +277,9 @@ print(f"held-out loss before: {base_loss:.4f}\nanswer before: {reply_before!r}")
 #
 # A checkpoint holds the adapter, the optimizer and scheduler state, the random generators and the data
 # position. `resume_from_checkpoint=True` takes the highest-numbered folder even if a disconnect cut its save
-# short; `latest_valid_checkpoint` returns the newest *whole* one (None on a first run).
+# short; `latest_valid_checkpoint` returns the newest *whole* one that fits this `model` (None on a first run).
+# A checkpoint of another model under the same `run_name` is skipped with both shapes named; when every one is
+# rejected it stops with the reasons instead of training over them (a new `run_name` starts afresh).
 
 # %%
 from helpers.manifest import load_manifest
@@ -300,7 +302,7 @@ def start_tracking(resume_from):
     )
 
 
-resume_from = latest_valid_checkpoint(output_dir)
+resume_from = latest_valid_checkpoint(output_dir, model=model)
 tracking = start_tracking(resume_from)
 
 # %% [markdown]
@@ -441,7 +443,7 @@ tracking.finish()  # a real disconnect leaves the tracking run unfinished; resum
 trainer, model = free_memory(trainer, model)
 seed_everything(seed)
 model, tokenizer = load_qlora(model_id, smoke=smoke)
-resume_from = latest_valid_checkpoint(output_dir)
+resume_from = latest_valid_checkpoint(output_dir, model=model)
 resumed_from_step = load_manifest(resume_from)["step"] if resume_from else 0
 tracking = start_tracking(resume_from)
 trainer, live = make_trainer(model)

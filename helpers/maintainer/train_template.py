@@ -1,0 +1,197 @@
+"""The train.py that `python -m helpers export 08` writes: notebook 08's capstone as a script.
+
+Written from this template, not cut out of the notebook: the notebook teaches (a simulated
+disconnect, a report), the script runs unattended, requeued by Slurm and resumed each time. Its
+`{{PARAMETERS}}` is the notebook's parameters cell (`helpers.maintainer.export.notebook_parameters`).
+"""
+
+__all__ = ["TRAIN_TEMPLATE"]
+
+TRAIN_TEMPLATE = '''\
+"""Notebook 08's capstone as a script: a QLoRA fine-tune that resumes from its last valid checkpoint.
+
+Written by `python -m helpers export 08`; its defaults are the notebook's parameters cell as it was
+then (export again to follow a change). The kit must be installed (pip install the repository).
+
+    python train.py --smoke --max-steps 4                            # the embedded tiny model, on a CPU
+    accelerate launch --config_file accelerate_config.yaml train.py  # 1..N GPUs on this machine
+    sbatch job.sbatch                                                # Slurm: requeued on preemption
+
+Started again with the same --output-dir (a requeued job is), it goes on from the newest whole
+checkpoint of this model (helpers.resume.latest_valid_checkpoint); a finished run trains nothing more.
+It never trains over a checkpoint it cannot use: newer ones it skips are moved to
+OUTPUT_DIR/rejected-<time>/, and when none can be resumed it stops and says what is wrong with each
+(--set-aside-rejected moves them there and starts afresh).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+# notebooks/src/08_capstone.py's parameters cell: name -> (default, the notebook's comment)
+PARAMETERS = {{PARAMETERS}}
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description="Notebook 08's QLoRA fine-tune, resumable.")
+    for name, (default, comment) in PARAMETERS.items():
+        flag = "--" + name.replace("_", "-")
+        text = f"{comment} (default {default})".replace("%", "%%")
+        if isinstance(default, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=text)
+        else:
+            parser.add_argument(flag, type=type(default), default=default, help=text)
+    parser.add_argument("--output-dir", help="checkpoints go here; a restart resumes here (default: runs/RUN_NAME)")
+    parser.add_argument("--track", action="store_true", help="track with W&B (offline without a key), notebook 06")
+    parser.add_argument(
+        "--set-aside-rejected",
+        action="store_true",
+        help="when no checkpoint in --output-dir can be resumed, move them to OUTPUT_DIR/rejected-<time>/ (nothing "
+        "is deleted) and train afresh; a usable checkpoint is still resumed, so a requeued job goes on from its own",
+    )
+    return parser.parse_args(argv)
+
+
+def course_data(tokenizer, opts, tiny):
+    """The notebook's data: instruction / response pairs, a few held out (72 rows when tiny)."""
+    from helpers.data import load_course_data
+
+    def to_features(row):
+        text = f"### Instruction:\\n{row['instruction']}\\n\\n### Response:\\n{row['response']}{tokenizer.eos_token}"
+        return tokenizer(text, truncation=True, max_length=opts.seq_len)
+
+    rows = load_course_data().shuffle(seed=opts.seed)
+    rows = rows.select(range(72)) if tiny else rows
+    split = rows.train_test_split(test_size=8 if tiny else 16, seed=opts.seed)
+    return [split[s].map(to_features, remove_columns=rows.column_names) for s in ("train", "test")]
+
+
+def choose_checkpoint(output_dir, model, opts):
+    """(the checkpoint to resume from or None, what to move out of the run's way); SystemExit if none can be resumed.
+
+    Out of the way means out of the Trainer's reach: it would save over a newer checkpoint it skipped
+    when it reaches that step, and save_total_limit deletes checkpoint-N folders, not rejected-<time>/.
+    """
+    from helpers.resume import CheckpointsRejected, latest_valid_checkpoint, list_checkpoints
+
+    try:
+        resume_from = latest_valid_checkpoint(output_dir, model=model)  # checked against this model
+    except CheckpointsRejected as e:
+        if not opts.set_aside_rejected:
+            raise SystemExit(
+                f"error: {e}.\\nOr, with this script: --set-aside-rejected moves them (with final/ and result.json) "
+                f"to {output_dir / 'rejected-<time>'} and trains afresh; --output-dir NEW_FOLDER trains elsewhere."
+            ) from None
+        return None, [*e.rejected, *(p for p in (output_dir / "final", output_dir / "result.json") if p.exists())]
+    checkpoints = list_checkpoints(output_dir)
+    return resume_from, checkpoints[: checkpoints.index(Path(resume_from))] if resume_from else []
+
+
+def set_aside(output_dir, paths):
+    """Move `paths` into OUTPUT_DIR/rejected-<time>/, whole; returns that folder."""
+    aside = output_dir / time.strftime("rejected-%Y%m%d-%H%M%S")
+    aside.mkdir(exist_ok=True)
+    for path in paths:
+        path.rename(aside / path.name)
+    return aside
+
+
+def finished(checkpoint):
+    """True when `checkpoint` ends its run: resuming from it would train one step past the end."""
+    state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
+    return state["global_step"] >= state["max_steps"]
+
+
+def main(argv=None):
+    opts = parse_args(argv)
+    import datasets
+    import torch
+    from transformers import DataCollatorForLanguageModeling, Trainer
+
+    from helpers.manifest import MANIFEST_NAME, ManifestCallback, load_manifest
+    from helpers.models import is_embedded
+    from helpers.qlora import load_qlora
+    from helpers.seeds import seed_everything
+    from helpers.training import training_args
+
+    datasets.disable_progress_bars()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
+        os.environ.setdefault("ACCELERATE_USE_CPU", "true")  # no GPU: the processes train on CPU over gloo
+    output_dir = Path(opts.output_dir or Path("runs") / opts.run_name).resolve()
+    seed_everything(opts.seed)
+    model, tokenizer = load_qlora(opts.model_id, smoke=opts.smoke)
+    if is_embedded(model) and not torch.cuda.is_available():
+        torch.set_num_threads(1)  # the tiny model's matrices are too small to share out
+    model_name = "embedded" if is_embedded(model) else opts.model_id
+    resume_from, in_the_way = choose_checkpoint(output_dir, model, opts)
+    if in_the_way and int(os.environ.get("RANK", "0")) == 0:  # one process moves them; every one resumes the same
+        aside = set_aside(output_dir, in_the_way)
+        print(f"moved {', '.join(p.name for p in in_the_way)} to {aside}: kept whole, where this run cannot overwrite")
+    if resume_from and finished(resume_from):
+        print(f"{resume_from} ends a finished run: nothing left to train (a new --output-dir starts afresh)")
+        return 0
+    print(f"resuming from {resume_from}" if resume_from else f"starting afresh in {output_dir}")
+    train, held_out = course_data(tokenizer, opts, tiny=opts.smoke or is_embedded(model))
+    report_to = "none"
+    if opts.track and int(os.environ.get("RANK", "0")) == 0:
+        from helpers.tracking import init_tracking
+
+        manifest = Path(resume_from) / MANIFEST_NAME if resume_from else None  # none: checked by its structure alone
+        previous = load_manifest(manifest)["tracking"] if manifest and manifest.is_file() else None
+        config = {k: getattr(opts, k) for k in PARAMETERS} | {"model": model_name}
+        run_id = previous["run_id"] if previous else None
+        tracking = init_tracking("kit-08-capstone", config, name=opts.run_name, dir=output_dir, run_id=run_id)
+        report_to = tracking.report_to
+    precision = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")  # from accelerate_config.yaml
+    args = training_args(
+        str(output_dir),
+        per_device_train_batch_size=opts.per_device_batch,
+        gradient_accumulation_steps=opts.grad_accum_steps,
+        activation_checkpointing=True,  # already on in the QLoRA model; recorded in the manifest
+        learning_rate=opts.learning_rate,
+        num_train_epochs=opts.num_train_epochs,
+        logging_steps=opts.logging_steps,
+        report_to=report_to,
+        seed=opts.seed,
+        max_steps=opts.max_steps,
+        save_strategy="steps",
+        save_steps=opts.save_steps,
+        save_total_limit=2,
+        disable_tqdm=True,
+        dataloader_pin_memory=torch.cuda.is_available(),
+        ddp_find_unused_parameters=False,  # every LoRA adapter takes part in every step
+        **({"bf16": precision == "bf16", "fp16": precision == "fp16"} if precision in ("bf16", "fp16") else {}),
+    )
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=train,
+        eval_dataset=held_out,
+        data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
+        callbacks=[ManifestCallback(model_id=model_name, dataset=train)],
+    )
+    trainer.train(resume_from_checkpoint=resume_from)
+    eval_loss = trainer.evaluate()["eval_loss"]
+    if trainer.is_world_process_zero():
+        trainer.save_model(str(output_dir / "final"))
+        losses = {h["step"]: h["loss"] for h in trainer.state.log_history if "loss" in h}
+        step = trainer.state.global_step
+        result = {"resumed_from": resume_from, "global_step": step, "eval_loss": eval_loss, "losses": losses}
+        (output_dir / "result.json").write_text(json.dumps(result, indent=2))
+        print(f"done: step {step}, held-out loss {eval_loss:.4f}, in {output_dir}")
+    # every rank waits for rank 0's saving, then leaves the process group: a rank that exits with
+    # the group alive aborts in gloo's threads ("terminate called without an active exception")
+    # and the launcher reports the whole job failed, after it trained to the end
+    trainer.accelerator.wait_for_everyone()
+    trainer.accelerator.end_training()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
