@@ -7,16 +7,28 @@ used by every notebook that trains:
 - `load_course_data()` reads the rows;
 - `pack_course_data(tokenizer, seq_len)` tokenizes them and cuts them into sequences of `seq_len`
   tokens, ready for the Trainer: the recipe notebook 02 writes out line by line, which notebooks
-  03 to 07 call in one line.
+  03 to 07 call in one line;
+- `chat_dataset(rows, tokenizer, seq_len)` puts each row in the model's chat format, one
+  conversation a row, with the loss on the answer only (`chat_features` for one row,
+  `chat_prompt` for the question alone): notebook 08's fine-tune.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["DATASET_PATH", "load_course_data", "pack_course_data"]
+__all__ = [
+    "DATASET_PATH",
+    "IGNORE_INDEX",
+    "chat_dataset",
+    "chat_features",
+    "chat_prompt",
+    "load_course_data",
+    "pack_course_data",
+]
 
 DATASET_PATH = Path(__file__).parent / "assets" / "data" / "course.jsonl"
+IGNORE_INDEX = -100  # a label the loss skips: the ignore_index of PyTorch's cross_entropy, which transformers uses
 
 
 def load_course_data():
@@ -84,3 +96,84 @@ def pack_course_data(tokenizer, seq_len: int):
         )
     blocks = [stream[i * seq_len : (i + 1) * seq_len] for i in range(n_blocks)]
     return Dataset.from_dict({"input_ids": blocks, "labels": blocks}).with_format("torch")
+
+
+def chat_prompt(tokenizer, instruction: str) -> str:
+    """`instruction` as a user turn in the model's chat format, ending where the assistant's answer begins.
+
+    What the model is asked at generation time, and what `chat_features` masks out of the loss.
+    Taught in notebook 08.
+    """
+    _check_chat_template(tokenizer)
+    turn = [{"role": "user", "content": instruction}]
+    return tokenizer.apply_chat_template(turn, tokenize=False, add_generation_prompt=True)
+
+
+def chat_features(tokenizer, instruction: str, response: str, seq_len: int) -> dict[str, list[int]]:
+    """One conversation (the instruction, then `response` as the answer) tokenized, its loss on the answer only.
+
+    Taught in notebook 08:
+
+    1. the tokenizer's chat template renders the whole conversation, and the prompt alone
+       (`chat_prompt`); the prompt must be where the conversation starts;
+    2. the prompt and the rest (the answer and the tokens that close its turn) are tokenized
+       apart, so the prompt's tokens are exactly those the model sees when asked at generation time;
+    3. labels are the input ids with every prompt token set to `IGNORE_INDEX` (-100): the loss
+       counts the answer's tokens alone. Cut to `seq_len` tokens.
+
+    Returns:
+        {"input_ids", "attention_mask", "labels"}, lists of the same length (at most `seq_len`).
+    """
+    prompt = chat_prompt(tokenizer, instruction)
+    turns = [{"role": "user", "content": instruction}, {"role": "assistant", "content": response}]
+    whole = tokenizer.apply_chat_template(turns, tokenize=False)
+    if not whole.startswith(prompt):
+        raise ValueError(
+            f"{_name(tokenizer)}'s chat template renders a conversation that does not start with its own generation "
+            f"prompt ({prompt[-40:]!r} is not where {whole[:80]!r}... begins), so the prompt cannot be masked off the "
+            "answer: use a template whose add_generation_prompt=True output opens the assistant's turn"
+        )
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    answer_ids = tokenizer(whole[len(prompt) :], add_special_tokens=False)["input_ids"]
+    input_ids = (prompt_ids + answer_ids)[:seq_len]
+    labels = ([IGNORE_INDEX] * len(prompt_ids) + answer_ids)[:seq_len]
+    return {"input_ids": input_ids, "attention_mask": [1] * len(input_ids), "labels": labels}
+
+
+def chat_dataset(rows, tokenizer, seq_len: int):
+    """`rows` (with "instruction" and "response") as `chat_features` conversations, ready for the Trainer.
+
+    Taught in notebook 08. A row whose prompt fills all of `seq_len` has no answer token left to
+    learn from (its loss would be 0 / 0): it is dropped, and a line says how many were. Pad the
+    batches with `transformers.DataCollatorForSeq2Seq(tokenizer)`: it pads the labels with -100.
+
+    Example:
+        >>> train = chat_dataset(load_course_data(), tokenizer, seq_len=512)  # doctest: +SKIP
+    """
+    if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1:
+        raise ValueError(f"seq_len is the number of tokens per example, a positive int such as 512; got {seq_len!r}")
+    _check_chat_template(tokenizer)
+    features = rows.map(
+        lambda row: chat_features(tokenizer, row["instruction"], row["response"], seq_len),
+        remove_columns=rows.column_names,
+    )
+    kept = features.filter(lambda row: any(label != IGNORE_INDEX for label in row["labels"]))
+    if len(kept) < len(features):
+        print(
+            f"{len(features) - len(kept)} of {len(features)} examples dropped: their prompt fills all of "
+            f"seq_len={seq_len}, leaving no answer token to train on (a larger seq_len keeps them)"
+        )
+    return kept
+
+
+def _check_chat_template(tokenizer) -> None:
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(
+            f"{_name(tokenizer)} has no chat template, so a conversation has no format to be put in: set "
+            "tokenizer.chat_template, e.g. to the instruct model's (AutoTokenizer.from_pretrained("
+            "'Qwen/Qwen2.5-7B-Instruct').chat_template for a Qwen2.5 base model)"
+        )
+
+
+def _name(tokenizer) -> str:
+    return f"the tokenizer of {getattr(tokenizer, 'name_or_path', '') or 'this model'!r}"

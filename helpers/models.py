@@ -41,7 +41,13 @@ __all__ = [
 
 EMBEDDED_DIR = Path(__file__).parent / "assets" / "tiny-llama"
 EMBEDDED_ID = "embedded"  # the name notebooks and the runner use for the tiny model
-EMBEDDED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+EMBEDDED_FILES = (
+    "chat_template.jinja",  # its chat format (notebook 08)
+    "config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+)
 HUB_TIMEOUT_S = 5.0  # seconds for the Hub to answer at all (DNS, TLS and an HTTP reply), else offline
 HUB_METADATA_TIMEOUT_S = 30.0  # seconds for the model's file list
 HUB_DOWNLOAD_TIMEOUT_S = 3600.0  # seconds for all its files: a 7B in bf16 (15 GB) needs 4.2 MB/s
@@ -59,6 +65,7 @@ COURSE_MODELS = (
     "HuggingFaceTB/SmolLM2-360M",
     "Qwen/Qwen2.5-0.5B",
     "Qwen/Qwen2.5-7B",
+    "unsloth/Qwen2.5-7B-bnb-4bit",  # the same 7B saved in 4-bit NF4 (notebook 08's default)
     "mistralai/Mistral-7B-v0.1",
     "meta-llama/Llama-2-7b-hf",
 )

@@ -1,4 +1,5 @@
-"""Plan a fine-tune onto a card: the cheapest techniques that make it fit, with the memory after each.
+"""Plan a fine-tune onto a card: the cheapest techniques that make it fit, with the memory after each; and what
+its checkpoint costs to download (`checkpoint_bytes`, notebook 08).
 
 Taught in notebooks 01 (memory anatomy: what fits a T4) and 05 (QLoRA: a 7B plan for a 16 GB
 card), and behind `python -m helpers plan`. Every step is an estimate from `helpers.estimate`;
@@ -12,9 +13,17 @@ from dataclasses import dataclass
 from helpers._job import batch_argument
 from helpers._util import GIB
 from helpers.catalog import card_capability, describe_card, gpu_bytes
-from helpers.estimate import ADAMW_FAMILY, SAFETY_MARGIN, Estimate, estimate_training_memory, shape_of
+from helpers.estimate import (
+    ADAMW_FAMILY,
+    HALF_BYTES,
+    SAFETY_MARGIN,
+    WEIGHT_BYTES,
+    Estimate,
+    estimate_training_memory,
+    shape_of,
+)
 
-__all__ = ["PlanStep", "format_plan", "plan"]
+__all__ = ["PlanStep", "checkpoint_bytes", "format_plan", "plan"]
 
 
 @dataclass
@@ -149,3 +158,26 @@ def format_plan(steps: list[PlanStep], gpu) -> str:
             "Use a shorter seq_len, a smaller model, or a bigger card (A100-40GB, A100-80GB)."
         )
     return "\n".join(lines)
+
+
+def checkpoint_bytes(model, weights: str = "bf16") -> int:
+    """Bytes of a model's checkpoint on disk, before it is downloaded: what the download and the disk cost.
+
+    Notebook 08 compares the two sources of its 7B. `weights`: "fp32", "bf16" / "fp16" (every
+    parameter in that format, as the Hub's original checkpoints are), or "nf4": a pre-quantized
+    bitsandbytes checkpoint, its linear layers in 4 bits with their double-quantized scales
+    (WEIGHT_BYTES["nf4"]), embeddings, head and norms in 16 bits as saved. `model` as in
+    `estimate_training_memory`.
+
+    Example:
+        >>> round(checkpoint_bytes("Qwen2.5-7B") / 1e9, 1), round(checkpoint_bytes("Qwen2.5-7B", "nf4") / 1e9, 1)
+        (15.2, 5.5)
+    """
+    if weights not in WEIGHT_BYTES or weights == "int8":
+        raise ValueError(f"weights={weights!r}: pass 'fp32', 'bf16', 'fp16' or 'nf4'")
+    shape = shape_of(model)
+    if weights != "nf4":
+        return int(shape.parameters * WEIGHT_BYTES[weights])
+    counts = shape.parameter_counts()  # bitsandbytes leaves the output head unquantized, as load_qlora does
+    kept = counts["embeddings"] + counts["head"] + counts["other"]
+    return int(counts["linear"] * WEIGHT_BYTES["nf4"] + kept * HALF_BYTES)

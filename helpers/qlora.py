@@ -4,7 +4,10 @@ Taught in notebook 05 (QLoRA) and used by notebook 08 (capstone):
 
 - `load_qlora(model_id)` chooses the model as `helpers.models.load_model` does (the embedded tiny
   model, with its banner, for a smoke run, a machine without a GPU or without the Hub), loads it in
-  4-bit NF4 and puts a LoRA adapter on it, ready for the Trainer;
+  4-bit NF4 (quantized while loading, or a bitsandbytes 4-bit checkpoint as saved) and puts a LoRA
+  adapter on it, ready for the Trainer;
+- `save_quantized(model_id, out)` quantizes a model to 4-bit NF4 once and saves that copy (a 7B:
+  about 5.5 GB instead of 15.2 GB in bf16), for `load_qlora(out)` to load as saved;
 - `measure_footprint(model)` measures what the 4-bit model and its adapters hold, tensor by
   tensor, as a `Footprint`;
 - `disable_cpu_repacking(model)` is the CPU workaround `load_qlora` applies, for a 4-bit model
@@ -15,14 +18,17 @@ Importing this module is cheap: torch, bitsandbytes, peft and transformers load 
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 from helpers._util import MIB, quiet_bitsandbytes
 from helpers.models import EMBEDDED_ID, _card_dtype, _choose, _from_pretrained
 
-__all__ = ["Footprint", "disable_cpu_repacking", "load_qlora", "measure_footprint"]
+__all__ = ["Footprint", "disable_cpu_repacking", "load_qlora", "measure_footprint", "save_quantized"]
 
 
 def load_qlora(
@@ -45,7 +51,10 @@ def load_qlora(
        tiny model, with the banner);
     2. every linear layer but the output head is quantized to 4-bit NF4 with double quantization
        (the per-block scales quantized again), computing in the card's precision: bf16 at compute
-       capability >= 8.0, fp16 on a T4, fp32 on CPU;
+       capability >= 8.0, fp16 on a T4, fp32 on CPU. A checkpoint saved in bitsandbytes 4-bit
+       (`save_quantized`, or a Hub repository such as "unsloth/Qwen2.5-7B-bnb-4bit") is loaded as
+       saved instead, nothing quantized, and set to compute in the card's precision; any other
+       pre-quantized checkpoint (8-bit, GPTQ, AWQ) is refused;
     3. peft's k-bit preparation freezes the base, keeps norms and embeddings in fp32 and turns on
        non-reentrant gradient checkpointing (no `enable_input_require_grads` hack needed);
     4. a LoRA adapter (rank `r`, scale `alpha / r`) goes on `target_modules`;
@@ -59,7 +68,8 @@ def load_qlora(
     but the run's manifest and `audit` read the setting from there.
 
     Args:
-        model_id: a Hub id ("Qwen/Qwen2.5-0.5B"), a local folder, or "embedded".
+        model_id: a Hub id ("Qwen/Qwen2.5-0.5B"), a local folder (one `save_quantized` wrote, say),
+            or "embedded".
         r: LoRA rank, the inner size of each adapter's two matrices (16, a common start; the
             QLoRA paper used 64).
         alpha: LoRA scale numerator; the update is scaled by alpha / r (32 / 16 = 2; the paper's
@@ -117,28 +127,102 @@ def _import_qlora_libraries() -> None:
 
 
 def _load_4bit(source, *, has_gpu: bool, revision: str | None, offline: bool):
-    """Load `source` with every linear but the head in 4-bit NF4, double quantization, the card's compute dtype."""
+    """Load `source` with every linear but the head in 4-bit (quantized now, or as saved), in the card's dtype."""
     from transformers import BitsAndBytesConfig
 
     compute_dtype = _card_dtype()
-    compute = str(compute_dtype).removeprefix("torch.")
-    print(f"4-bit NF4 with double quantization, computing in {compute} (the card's precision)")
-    quantization = BitsAndBytesConfig(
-        load_in_4bit=True,
-        bnb_4bit_quant_type="nf4",
-        bnb_4bit_use_double_quant=True,  # the fp32 block scales quantized to 8-bit: ~0.37 bits/weight saved
-        bnb_4bit_compute_dtype=compute_dtype,
-    )
+    saved = _saved_4bit(source, revision=revision, offline=offline)  # raises for 8-bit, GPTQ, AWQ ...
+    quantization = {}  # a pre-quantized checkpoint: its own config wins, and transformers warns at any other
+    if not saved:
+        quantization["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_use_double_quant=True,  # the fp32 block scales quantized to 8-bit: ~0.37 bits/weight saved
+            bnb_4bit_compute_dtype=compute_dtype,
+        )
     # one whole copy per process: each data-parallel process (notebook 07) on its own card
     device_map = {"": int(os.environ.get("LOCAL_RANK", 0))} if has_gpu else None
-    return _from_pretrained(
-        source,
-        dtype=compute_dtype,
-        revision=revision,
-        local_only=offline,
-        quantization_config=quantization,
-        device_map=device_map,
+    model, tokenizer = _from_pretrained(
+        source, dtype=compute_dtype, revision=revision, local_only=offline, device_map=device_map, **quantization
     )
+    if saved and not getattr(model, "is_loaded_in_4bit", False):
+        # the Hub failed after config.json and the fallback (the embedded model, its banner says why) is not 4-bit
+        return _load_4bit(model.config._name_or_path, has_gpu=has_gpu, revision=revision, offline=True)
+    compute = str(compute_dtype).removeprefix("torch.")
+    if saved:
+        print(f"pre-quantized 4-bit checkpoint ({saved}): loaded as saved, nothing quantized while loading")
+    else:
+        print(
+            f"quantized to 4-bit NF4 while loading (double quantization), computing in {compute}, the card's precision"
+        )
+    _compute_in(model, compute_dtype)
+    return model, tokenizer
+
+
+def _saved_4bit(source, *, revision: str | None, offline: bool) -> str:
+    """The bitsandbytes 4-bit format `source` is saved in ("nf4, double quantization"); "" if not pre-quantized.
+
+    Reads config.json alone, before any weights are fetched: an 8-bit, GPTQ or AWQ checkpoint is
+    refused here, not after a 5 GB download.
+    """
+    path = Path(source) / "config.json" if Path(source).is_dir() else _hub_config(str(source), revision, offline)
+    exists = path is not None and Path(path).is_file()  # no config.json: an adapter folder; the load says what to do
+    saved = json.loads(Path(path).read_text(encoding="utf-8")).get("quantization_config") if exists else None
+    if not saved:
+        return ""
+    # configs written before transformers 4.30 name no quant_method
+    method = saved.get("quant_method") or ("bitsandbytes" if {"load_in_4bit", "load_in_8bit"} & set(saved) else None)
+    if method == "bitsandbytes" and saved.get("load_in_4bit"):
+        double = "double quantization" if saved.get("bnb_4bit_use_double_quant") else "no double quantization"
+        return f"{saved.get('bnb_4bit_quant_type', 'fp4')}, {double}"
+    names = {"bitsandbytes": "8-bit bitsandbytes (LLM.int8)", "gptq": "GPTQ", "awq": "AWQ", None: "an unnamed format"}
+    what = names.get(method, method)
+    bits = f", bits={saved['bits']}" if "bits" in saved else ""
+    raise ValueError(
+        f"{str(source)!r} is saved pre-quantized in {what} (its config.json: quant_method={method!r}{bits}); "
+        "load_qlora trains on a bitsandbytes 4-bit base and cannot make one from these weights. Pass the bf16/fp16 "
+        "model it was made from (e.g. 'Qwen/Qwen2.5-7B', quantized to NF4 while loading), or a bitsandbytes 4-bit "
+        "checkpoint (e.g. 'unsloth/Qwen2.5-7B-bnb-4bit', or a folder save_quantized wrote)."
+    )
+
+
+def _hub_config(model_id: str, revision: str | None, offline: bool) -> str | None:
+    """The Hub model's config.json on disk: fetched when online (bounded), else the Hub cache's; None if neither."""
+    from huggingface_hub import get_token, hf_hub_download, try_to_load_from_cache
+
+    from helpers import models  # at call time: the bounds and call_within as the caller set them
+
+    if not offline:  # the first file `_fetch` downloads anyway, bounded as its file list is
+        fetch = dict(revision=revision, endpoint=models._endpoint(), token=get_token())
+        # no answer, no such model: the cache's copy, or none; the load's own fetch then falls back or says why
+        with contextlib.suppress(Exception):
+            return models.call_within(models.HUB_METADATA_TIMEOUT_S, hf_hub_download, model_id, "config.json", **fetch)
+    try:
+        path = try_to_load_from_cache(model_id, "config.json", revision=revision)
+    except ValueError:  # not a valid repo id: the load names it
+        return None
+    return path if isinstance(path, str) else None
+
+
+def _compute_in(model, dtype) -> None:
+    """Make every 4-bit linear compute in `dtype`, and `model.config.quantization_config` (what notebooks print) say so.
+
+    A checkpoint keeps the compute dtype it was saved with: bf16 would then run on a T4, which has
+    none. `quant_state.dtype` (the weights' dtype when quantized) stays: bitsandbytes casts the
+    dequantized weight to the compute dtype before each matmul.
+    """
+    import bitsandbytes as bnb
+
+    name = str(dtype).removeprefix("torch.")
+    layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    saved = ", ".join(sorted({str(layer.compute_dtype).removeprefix("torch.") for layer in layers} - {name}))
+    for layer in layers:
+        layer.compute_dtype = dtype
+        layer.compute_type_is_set = True  # else the first input's dtype would choose
+    if getattr(model.config, "quantization_config", None) is not None:
+        model.config.quantization_config.bnb_4bit_compute_dtype = dtype
+    if saved:
+        print(f"compute dtype set to {name}, the card's precision, in the {len(layers)} 4-bit layers (saved: {saved})")
 
 
 def _add_adapter(model, *, r: int, alpha: int, dropout: float, target_modules, checkpointing: bool):
@@ -158,6 +242,45 @@ def _add_adapter(model, *, r: int, alpha: int, dropout: float, target_modules, c
         if checkpointing:
             model.config.use_cache = False  # a cache is useless in training and conflicts with checkpointing
         return get_peft_model(model, adapter)
+
+
+def save_quantized(model_id: str, out, *, smoke: bool = False, revision: str | None = None) -> Path:
+    """Quantize a model to 4-bit NF4 once and save that copy (safetensors, with its tokenizer) into `out`.
+
+    Taught in notebook 08 (capstone). The model is chosen and quantized as `load_qlora` does it
+    (double quantization, the card's compute precision; on a machine without a GPU, the embedded
+    tiny model with its banner), without the adapter. A 7B is then about 5.5 GB on disk instead of
+    15.2 GB in bf16: keep it (on Drive, say) and `load_qlora(out)` loads it as saved.
+
+    Args:
+        model_id: a Hub id ("Qwen/Qwen2.5-7B"), a local folder, or "embedded".
+        out: the folder to write: new, or empty.
+        smoke, revision: as in `load_qlora`.
+
+    Returns:
+        the folder, as a Path.
+
+    Example:
+        >>> folder = save_quantized("Qwen/Qwen2.5-7B", "/content/drive/MyDrive/qwen7b-nf4")  # doctest: +SKIP
+        >>> model, tokenizer = load_qlora(str(folder))  # doctest: +SKIP
+    """
+    import torch
+
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(
+            f"{str(out)!r} exists and is not an empty folder: save_quantized writes a fresh copy and would mix its "
+            f"files with what is there. Pass a new folder (e.g. {str(out) + '-nf4'!r}), or empty this one first."
+        )
+    _import_qlora_libraries()
+    has_gpu = torch.cuda.is_available()
+    source, offline = _choose(model_id, smoke=smoke, needs_gpu=True, has_gpu=has_gpu)
+    model, tokenizer = _load_4bit(source, has_gpu=has_gpu, revision=revision, offline=offline)
+    model.save_pretrained(out)  # safetensors: the packed 4-bit weights and their quantization states
+    tokenizer.save_pretrained(out)
+    size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    print(f"saved the 4-bit copy in {out}: {size / MIB:,.2f} MiB on disk; load it with load_qlora({str(out)!r})")
+    return out
 
 
 def disable_cpu_repacking(model) -> int:

@@ -46,6 +46,12 @@ MODEL_SHAPE = dict(
     max_position_embeddings=512,
     tie_word_embeddings=True,
 )
+# the chat format the notebooks fine-tune in (notebook 08): ChatML's shape with the tiny model's own special
+# tokens, "<|bos|>ROLE\nTEXT<|eos|>" a turn; the generation prompt opens the assistant's turn
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}{{ '<|bos|>' + message['role'] + '\\n' + message['content'] + '<|eos|>' }}"
+    "{%- endfor %}{%- if add_generation_prompt %}{{ '<|bos|>assistant\\n' }}{%- endif %}"
+)
 # pre-training: about 28 passes over the responses (600 x 16 x 64 = 614,400 tokens seen)
 PRETRAIN = dict(steps=600, batch_size=16, seq_len=64, peak_lr=5e-3, warmup_steps=20)
 
@@ -76,9 +82,11 @@ def build_tokenizer():
     )
     tok.train_from_iterator(corpus(), trainer=trainer)
     pad, bos, eos = SPECIAL_TOKENS
-    return PreTrainedTokenizerFast(
+    tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=tok, pad_token=pad, bos_token=bos, eos_token=eos, model_max_length=512
     )
+    tokenizer.chat_template = CHAT_TEMPLATE  # saved as chat_template.jinja; the weights never saw it
+    return tokenizer
 
 
 def build_model(tokenizer):

@@ -97,3 +97,56 @@ def test_08_run_again_on_the_finished_run_trains_nothing(ran, tmp_path, monkeypa
     assert [p.name for p in list_checkpoints(first["output_dir"])] == ["checkpoint-4", "checkpoint-2"]
     assert again["manifest_path"] == first["manifest_path"]
     assert again["final_loss"] == first["final_loss"], "the report must evaluate the finished run's adapter"
+
+
+def test_08_trains_on_the_answers_only_in_the_models_chat_format(ran):
+    r, out = ran[0][NB08], ran[1]
+    assert 0 < r["tokens_in_loss"] < r["tokens_total"], "the prompt tokens are masked, the answers' kept"
+    text = outputs_text(out / "notebooks" / f"{NB08}.ipynb")
+    assert "<|bos|>user\n" in text and "<|bos|>assistant\n" in text, "the embedded tokenizer's chat template"
+    assert f"tokens in the loss: {r['tokens_in_loss']:,} of {r['tokens_total']:,}" in text
+    assert r["base_loss_unmasked"] != r["base_loss"]
+
+
+def test_08_the_adapter_is_saved_alone_reloaded_to_the_same_answer_and_merged(ran):
+    r = ran[0][NB08]
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= set(r["adapter_files"])
+    assert r["adapter_bytes"] < 2 * r["adapter_params"] * 4, "the adapter alone: fp32 weights, no base"
+    assert r["reload_same_answer"] is True and r["reload_logits_max_diff"] == 0.0
+    merged = Path(r["merged_dir"])
+    config = json.loads((merged / "config.json").read_text())
+    assert (
+        config["dtype"] == "bfloat16"
+        and "quantization_config" not in config
+        and (merged / "model.safetensors").is_file()
+    )
+    assert not (merged / "adapter_config.json").exists(), "merge_and_unload leaves a plain model"
+    rows = {step: (estimated, measured) for step, estimated, measured in r["estimate_vs_measured"]}
+    estimated, measured = rows["merged, 16-bit weights"]
+    assert measured == r["merged_bytes"] and abs(estimated - measured) / measured < 0.05
+
+
+def test_08_the_resume_rows_exist_on_the_lessons_own_logging(tmp_path, monkeypatch):
+    """A run long enough for the lesson's save_steps 20, disconnect 22 and logging_steps 10 (the 7B's path)."""
+    import papermill as pm
+
+    monkeypatch.setenv("HELPERS_RESULTS_DIR", str(tmp_path))
+    monkeypatch.setenv("HELPERS_NOTEBOOK", "long")
+    pm.execute_notebook(
+        str(NOTEBOOKS_DIR / f"{NB08}.ipynb"),
+        str(tmp_path / "long.ipynb"),
+        cwd=str(tmp_path),
+        parameters={"smoke": True, "max_steps": 26, "grad_accum_steps": 1},
+        kernel_name="python3",
+        progress_bar=False,
+    )
+    r = json.loads((tmp_path / "long.json").read_text())
+    assert r["total_steps"] == 26 and "a 26-step run" not in outputs_text(tmp_path / "long.ipynb"), "no override"
+    first = {int(k): v for k, v in r["session1_losses"].items()}
+    second = {int(k): v for k, v in r["session2_losses"].items()}
+    assert r["resumed_from_step"] == 20 and r["session1_last_step"] == 22
+    assert sorted(first) == [10, 20, 21, 22] and sorted(second) == [21, 22], "logged on both sides"
+    for step in (21, 22):
+        assert second[step] == pytest.approx(first[step], rel=1e-6), f"step {step} after the resume"
+        print(f"\nstep {step}: loss {first[step]!r} in session 1, {second[step]!r} after the resume")
+    assert r["final_step"] == 26

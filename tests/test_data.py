@@ -99,3 +99,68 @@ def test_a_tokenizer_without_an_end_of_text_token_is_refused():
     tokenizer.eos_token = None
     with pytest.raises(ValueError, match="no end-of-text token.*tokenizer.eos_token"):
         pack_course_data(tokenizer, 32)
+
+
+# ---------------------------------------------------------------------------------------------
+# notebook 08's chat format: the loss on the answers only
+
+
+def test_a_conversation_trains_on_its_answer_and_the_turns_end_only(tokenizer):
+    from helpers.data import IGNORE_INDEX, chat_features, chat_prompt
+
+    row = load_course_data()[0]
+    features = chat_features(tokenizer, row["instruction"], row["response"], seq_len=512)
+    prompt = tokenizer(chat_prompt(tokenizer, row["instruction"]), add_special_tokens=False)["input_ids"]
+    ids, labels = features["input_ids"], features["labels"]
+    assert len(ids) == len(labels) == len(features["attention_mask"]) and ids[: len(prompt)] == prompt
+    assert labels[: len(prompt)] == [IGNORE_INDEX] * len(prompt), "every prompt token masked"
+    assert labels[len(prompt) :] == ids[len(prompt) :], "every answer token kept"
+    assert tokenizer.decode(labels[len(prompt) :]) == row["response"] + tokenizer.eos_token
+    whole = tokenizer.apply_chat_template(
+        [{"role": "user", "content": row["instruction"]}, {"role": "assistant", "content": row["response"]}],
+        tokenize=False,
+    )
+    assert tokenizer.decode(ids) == whole
+
+
+def test_the_loss_counts_the_answer_tokens_alone(tokenizer):
+    """The Trainer's loss on a masked example equals cross-entropy over its answer tokens, computed by hand."""
+    from helpers.data import chat_features
+
+    model, _ = load_model("embedded")
+    row = load_course_data()[1]
+    f = chat_features(tokenizer, row["instruction"], row["response"], seq_len=512)
+    ids, labels = torch.tensor([f["input_ids"]]), torch.tensor([f["labels"]])
+    with torch.no_grad():
+        loss = model(input_ids=ids, labels=labels).loss
+        logits = model(input_ids=ids).logits[0, :-1]
+    start = sum(label == -100 for label in f["labels"])
+    by_hand = torch.nn.functional.cross_entropy(logits[start - 1 :], ids[0, start:])
+    assert torch.allclose(loss, by_hand, rtol=1e-5), (loss.item(), by_hand.item())
+
+
+def test_a_prompt_that_fills_seq_len_drops_its_example_saying_so(tokenizer, capsys):
+    from datasets import Dataset
+
+    from helpers.data import chat_dataset
+
+    rows = Dataset.from_list(
+        [{"instruction": "word " * 300, "response": "yes"}, {"instruction": "hi", "response": "yo"}]
+    )
+    kept = chat_dataset(rows, tokenizer, seq_len=64)
+    assert len(kept) == 1 and "1 of 2 examples dropped: their prompt fills all of seq_len=64" in capsys.readouterr().out
+    assert all(len(ids) <= 64 for ids in chat_dataset(rows.select([1]), tokenizer, seq_len=64)["input_ids"])
+
+
+def test_a_tokenizer_without_a_chat_template_or_with_one_that_moves_the_prompt_is_refused():
+    from helpers.data import chat_features
+
+    tokenizer = AutoTokenizer.from_pretrained(EMBEDDED_DIR, local_files_only=True)
+    tokenizer.chat_template = None
+    with pytest.raises(ValueError, match="has no chat template.*set tokenizer.chat_template"):
+        chat_features(tokenizer, "q", "a", seq_len=64)
+    tokenizer.chat_template = (
+        "{% for m in messages %}[{{ m['content'] }}]{% endfor %}{% if add_generation_prompt %}>{% endif %}"
+    )
+    with pytest.raises(ValueError, match="does not start with its own generation prompt"):
+        chat_features(tokenizer, "q", "a", seq_len=64)

@@ -93,6 +93,7 @@ def test_a_rebuild_matches_the_shipped_model_on_any_cpu(rebuilt_tiny_model):
     assert done.returncode == 0, done.stderr
     for name in ("tokenizer.json", "config.json"):  # the tokenizer's merges are counted, not computed in floats
         assert json.loads((out / name).read_text()) == json.loads((EMBEDDED_DIR / name).read_text()), name
+    assert (out / "chat_template.jinja").read_text() == (EMBEDDED_DIR / "chat_template.jinja").read_text()
     shipped, rebuilt = load_file(EMBEDDED_DIR / "model.safetensors"), load_file(out / "model.safetensors")
     assert {k: (v.shape, v.dtype) for k, v in shipped.items()} == {k: (v.shape, v.dtype) for k, v in rebuilt.items()}
     for k in shipped:

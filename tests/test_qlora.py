@@ -3,23 +3,38 @@
 Real bitsandbytes, peft and transformers on CPU. The reference is the same model with every 4-bit
 linear replaced by an nn.Linear holding exactly the weight bitsandbytes dequantizes, carrying the
 same LoRA adapter: QLoRA's claim is that training the adapter on the 4-bit base gives the
-gradients of training it on that dequantized base.
+gradients of training it on that dequantized base. A 4-bit copy saved by `save_quantized` is proved
+against the model quantized while loading: the same packed weights, the same loss.
 """
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
 
 import bitsandbytes as bnb
 import bitsandbytes.functional as bnbF
 import pytest
 import torch
+from fake_servers import fake_hub
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
 
+from helpers import models
 from helpers.data import load_course_data
 from helpers.models import EMBEDDED_DIR, is_embedded
-from helpers.qlora import disable_cpu_repacking, load_qlora, measure_footprint
+from helpers.qlora import disable_cpu_repacking, load_qlora, measure_footprint, save_quantized
 
 # peft 0.21's get_peft_model reads transformers' deprecated `is_gradient_checkpointing` (the reference models here)
 pytestmark = pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning")
 HAS_AVX512_BF16 = bnbF.has_avx512bf16()  # the test bitsandbytes itself uses to turn repacking on
+PRE_QUANTIZED = (
+    "pre-quantized 4-bit checkpoint (nf4, double quantization): loaded as saved, nothing quantized while loading"
+)
+QUANTIZED_WHILE_LOADING = "quantized to 4-bit NF4 while loading (double quantization), computing in float32"
 
 
 def batch_of(tokenizer, rows=2, seq_len=32):
@@ -214,3 +229,225 @@ def test_trainer_trains_only_the_adapter(tmp_path):
 def test_bad_arguments_say_what_works(kwargs, match):
     with pytest.raises(ValueError, match=match):
         load_qlora("embedded", **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# a 4-bit copy saved by save_quantized, loaded back as saved
+
+
+@pytest.fixture(scope="module")
+def quantized_copy(tmp_path_factory):
+    """The embedded model saved in 4-bit NF4 by save_quantized: (its folder, what save_quantized printed)."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        folder = save_quantized("embedded", tmp_path_factory.mktemp("nf4") / "embedded-nf4")
+    return folder, printed.getvalue()
+
+
+def edited_copy(folder, tmp_path, quantization_config, *, weights=True):
+    """A copy of `folder` whose config.json carries `quantization_config` instead of its own."""
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy, ignore=None if weights else shutil.ignore_patterns("*.safetensors"))
+    config = json.loads((copy / "config.json").read_text())
+    config["quantization_config"] = quantization_config
+    (copy / "config.json").write_text(json.dumps(config))
+    return copy
+
+
+def packed_state(layer):
+    """A 4-bit linear's packed uint8 weight and its quantization state: every tensor and setting."""
+    state = layer.weight.quant_state
+    return {**state.as_dict(), "weight": layer.weight.data, "offset": state.offset, "nested": state.nested}
+
+
+def seeded_qlora(source):
+    """load_qlora with dropout 0, the adapter initialised from seed 0 and lora_B perturbed (else it adds nothing)."""
+    torch.manual_seed(0)
+    model, tokenizer = load_qlora(source, dropout=0.0, needs_gpu=False)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.02)
+    return model, tokenizer
+
+
+def test_a_saved_4bit_copy_loads_as_saved_and_equals_the_model_quantized_while_loading(quantized_copy, capsys):
+    folder, saved_printed = quantized_copy
+    assert QUANTIZED_WHILE_LOADING in saved_printed and f"saved the 4-bit copy in {folder}" in saved_printed
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in folder.iterdir()}
+    assert json.loads((folder / "config.json").read_text())["quantization_config"]["bnb_4bit_quant_type"] == "nf4"
+    reference, tokenizer = seeded_qlora("embedded")
+    assert QUANTIZED_WHILE_LOADING in capsys.readouterr().out
+    model, _ = seeded_qlora(str(folder))
+    out = capsys.readouterr().out
+    assert PRE_QUANTIZED in out and "quantized to 4-bit NF4 while loading" not in out
+    assert "compute dtype set" not in out  # saved computing in fp32, the CPU's precision: nothing to change
+    # 1. the same 4-bit weights and quantization states, bit for bit
+    layers, reference_layers = linear4bit_layers(model), linear4bit_layers(reference)
+    assert layers.keys() == reference_layers.keys() and len(layers) == 7 * model.config.num_hidden_layers
+    for name, layer in layers.items():
+        state, expected = packed_state(layer), packed_state(reference_layers[name])
+        assert state.keys() == expected.keys() and state["weight"].dtype == torch.uint8, name
+        for key, value in expected.items():
+            if isinstance(value, torch.Tensor):
+                assert value.dtype == state[key].dtype and torch.equal(value, state[key]), f"{name}: {key}"
+            else:
+                assert value == state[key], f"{name}: {key}"
+        assert layer.compute_dtype == reference_layers[name].compute_dtype == torch.float32
+        assert layer.support_avx512bf16_for_cpu is False  # the CPU workaround applies to both kinds
+    # 2. the same adapter, the same trainable parameters, the same footprint
+    adapter = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    reference_adapter = {n: p for n, p in reference.named_parameters() if p.requires_grad}
+    assert adapter.keys() == reference_adapter.keys() and adapter
+    assert all(torch.equal(p, reference_adapter[n]) for n, p in adapter.items()), "seed 0 gives both the same adapter"
+    assert measure_footprint(model) == measure_footprint(reference)
+    # 3. the same loss on a fixed batch, and the same LoRA gradients
+    batch = batch_of(tokenizer)
+    losses = []
+    for m in (model, reference):
+        m.train()
+        loss = m(**batch).loss
+        loss.backward()
+        losses.append(loss.detach())
+    assert torch.equal(losses[0], losses[1])
+    assert all(torch.equal(p.grad, reference_adapter[n].grad) for n, p in adapter.items())
+    saved = (folder / "model.safetensors").stat().st_size
+    fp32 = (EMBEDDED_DIR / "model.safetensors").stat().st_size
+    on_disk = sum(p.stat().st_size for p in folder.iterdir())
+    assert saved < fp32
+    print(
+        f"\nloss as saved {losses[0].item():.6f} == quantized while loading {losses[1].item():.6f}; "
+        f"weights on disk {saved:,} B in 4-bit vs {fp32:,} B in fp32 ({fp32 / saved:.2f}x), folder {on_disk:,} B"
+    )
+
+
+def test_a_copy_saved_computing_in_bf16_computes_in_the_cards_precision(quantized_copy, tmp_path, capsys):
+    folder, _ = quantized_copy
+    config = json.loads((folder / "config.json").read_text())["quantization_config"]
+    copy = edited_copy(folder, tmp_path, {**config, "bnb_4bit_compute_dtype": "bfloat16"})
+    as_saved = AutoModelForCausalLM.from_pretrained(copy)  # what transformers alone would compute in
+    assert {layer.compute_dtype for layer in linear4bit_layers(as_saved).values()} == {torch.bfloat16}
+    model, tokenizer = load_qlora(str(copy), needs_gpu=False)
+    out = capsys.readouterr().out
+    assert PRE_QUANTIZED in out
+    layers = linear4bit_layers(model).values()
+    assert (
+        f"compute dtype set to float32, the card's precision, in the {len(layers)} 4-bit layers (saved: bfloat16)"
+        in out
+    )
+    assert {layer.compute_dtype for layer in layers} == {torch.float32}  # the card's precision on CPU
+    assert model.config.quantization_config.bnb_4bit_compute_dtype == torch.float32  # what notebook 08 prints
+    assert torch.isfinite(model(**batch_of(tokenizer)).loss)
+
+
+@pytest.mark.parametrize(
+    "quantization_config, match",
+    [
+        (
+            {"quant_method": "bitsandbytes", "load_in_8bit": True, "load_in_4bit": False, "llm_int8_threshold": 6.0},
+            r"saved pre-quantized in 8-bit bitsandbytes \(LLM.int8\) \(its config.json: quant_method='bitsandbytes'\)",
+        ),
+        (
+            {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True},
+            r"saved pre-quantized in GPTQ \(its config.json: quant_method='gptq', bits=4\)",
+        ),
+        (
+            {"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm", "zero_point": True},
+            r"saved pre-quantized in AWQ \(its config.json: quant_method='awq', bits=4\)",
+        ),
+    ],
+    ids=["bnb-8bit", "gptq", "awq"],
+)
+def test_a_checkpoint_quantized_another_way_is_refused_before_its_weights_are_read(
+    quantized_copy, tmp_path, quantization_config, match
+):
+    # the copy has no weights at all: the refusal comes from config.json alone, before any download
+    copy = edited_copy(quantized_copy[0], tmp_path, quantization_config, weights=False)
+    with pytest.raises(ValueError, match=match) as refused:
+        load_qlora(str(copy), needs_gpu=False)
+    message = str(refused.value)
+    assert message.startswith(repr(str(copy))) and "Pass the bf16/fp16 model it was made from" in message
+    assert "bitsandbytes 4-bit checkpoint" in message and "save_quantized" in message
+
+
+@pytest.mark.parametrize("kind", ["folder with a file", "file"])
+def test_save_quantized_refuses_a_path_that_is_not_an_empty_folder_and_leaves_it(tmp_path, kind):
+    out = tmp_path / "mine"
+    if kind == "file":
+        out.write_text("notes")
+    else:
+        out.mkdir()
+        (out / "notes.txt").write_text("notes")
+    before = sorted((str(p), p.read_text()) for p in tmp_path.rglob("*") if p.is_file())
+    with pytest.raises(ValueError, match=r"exists and is not an empty folder.*Pass a new folder \(e.g. '.*mine-nf4'\)"):
+        save_quantized("embedded", out)
+    assert sorted((str(p), p.read_text()) for p in tmp_path.rglob("*") if p.is_file()) == before
+
+
+# load_qlora(model_id) in a fresh process (huggingface_hub reads HF_HOME when imported), for each
+# (Hub URL, model id, helpers.models constants): what it printed or its error, how many 4-bit layers
+# the model got, and every bounded wait on the network, as in tests/test_models.py.
+LOAD_FROM_HUBS = """
+import contextlib, io, json, os, sys
+import bitsandbytes as bnb
+from helpers import env, models
+from helpers.qlora import load_qlora
+waits, within = [], env.call_within
+
+def recorded(timeout, fn, *args, **kwargs):
+    waits.append([getattr(fn, "__name__", "?"), timeout])
+    return within(timeout, fn, *args, **kwargs)
+
+env.call_within = models.call_within = recorded
+for endpoint, model_id, constants in json.loads(sys.argv[1]):
+    for name, value in constants.items():
+        setattr(models, name, tuple(value) if isinstance(value, list) else value)
+    os.environ["HF_ENDPOINT"], printed, waits[:] = endpoint, io.StringIO(), []
+    try:
+        with contextlib.redirect_stdout(printed):
+            model, _ = load_qlora(model_id, needs_gpu=False)
+        layers = sum(isinstance(m, bnb.nn.Linear4bit) for m in model.modules())
+        result = {"printed": printed.getvalue(), "layers_4bit": layers, "embedded": models.is_embedded(model)}
+    except ValueError as e:
+        result = {"error": str(e)}
+    print("RESULT " + json.dumps({**result, "waits": waits}))
+"""
+
+
+def test_a_hub_model_is_read_from_its_config_json_within_the_bounded_fetch(quantized_copy, tmp_path):
+    folder, _ = quantized_copy
+    gptq = edited_copy(folder, tmp_path, {"quant_method": "gptq", "bits": 4, "group_size": 128})
+    environment = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_TOKEN")}
+    environment.update(HF_HOME=str(tmp_path / "hf-home"), HF_HUB_DISABLE_TELEMETRY="1")
+    stalls = "kit-tests/tiny-nf4-stalls"  # a course model whose weights never come: the embedded model instead
+    stall = {"HUB_DOWNLOAD_TIMEOUT_S": 2.0, "COURSE_MODELS": [*models.COURSE_MODELS, stalls]}
+    with (
+        fake_hub("kit-tests/tiny-nf4", folder) as (nf4_url, _),
+        fake_hub("kit-tests/tiny-gptq", gptq) as (gptq_url, asked),
+        fake_hub(stalls, folder, hang=(f"/{stalls}/resolve/main/model.",)) as (stall_url, _),
+    ):
+        hubs = [[nf4_url, "kit-tests/tiny-nf4", {}], [gptq_url, "kit-tests/tiny-gptq", {}], [stall_url, stalls, stall]]
+        done = subprocess.run(
+            [sys.executable, "-c", LOAD_FROM_HUBS, json.dumps(hubs)],
+            capture_output=True,
+            text=True,
+            timeout=120,  # seconds: a hang fails the test instead of stalling the suite
+            env=environment,
+        )
+    results = [json.loads(x.removeprefix("RESULT ")) for x in done.stdout.splitlines() if x.startswith("RESULT ")]
+    assert len(results) == 3, done.stdout[-2000:] + done.stderr[-3000:]
+    nf4, refused, fell_back = results
+    linears = 7 * json.loads((folder / "config.json").read_text())["num_hidden_layers"]  # q, k, v, o, gate, up, down
+    # 1. config.json first, bounded as the file list is; then the kit's usual fetch, then the load from disk
+    metadata, download = models.HUB_METADATA_TIMEOUT_S, models.HUB_DOWNLOAD_TIMEOUT_S
+    bounded = [["ask", models.HUB_TIMEOUT_S], ["hf_hub_download", metadata]]
+    assert nf4["waits"] == [*bounded, ["model_info", metadata], ["download_all", download]], nf4
+    assert PRE_QUANTIZED in nf4["printed"] and nf4["layers_4bit"] == linears and not nf4["embedded"], nf4
+    assert "quantization_config" not in done.stderr  # transformers' warning when it is passed one anyway
+    # 2. a GPTQ model is refused from its config.json alone: not one weights file asked for
+    assert refused["waits"] == bounded and "saved pre-quantized in GPTQ" in refused["error"], refused
+    assert [r for r in asked if "config.json" in r] and not [r for r in asked if ".safetensors" in r], asked
+    # 3. read as pre-quantized, then the weights never came: the embedded model, quantized while loading
+    assert fell_back["embedded"] and fell_back["layers_4bit"] == linears, fell_back
+    assert "USING THE EMBEDDED TINY MODEL" in fell_back["printed"] and PRE_QUANTIZED not in fell_back["printed"]
+    assert QUANTIZED_WHILE_LOADING in fell_back["printed"], fell_back["printed"]

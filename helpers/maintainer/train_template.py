@@ -58,17 +58,14 @@ def parse_args(argv=None):
 
 
 def course_data(tokenizer, opts, tiny):
-    """The notebook's data: instruction / response pairs, a few held out (72 rows when tiny)."""
-    from helpers.data import load_course_data
-
-    def to_features(row):
-        text = f"### Instruction:\\n{row['instruction']}\\n\\n### Response:\\n{row['response']}{tokenizer.eos_token}"
-        return tokenizer(text, truncation=True, max_length=opts.seq_len)
+    """The notebook's data: instruction / response pairs in the model's chat format, the loss on the answers
+    only, a few held out (72 rows when tiny)."""
+    from helpers.data import chat_dataset, load_course_data
 
     rows = load_course_data().shuffle(seed=opts.seed)
     rows = rows.select(range(72)) if tiny else rows
     split = rows.train_test_split(test_size=8 if tiny else 16, seed=opts.seed)
-    return [split[s].map(to_features, remove_columns=rows.column_names) for s in ("train", "test")]
+    return [chat_dataset(split[s], tokenizer, opts.seq_len) for s in ("train", "test")]
 
 
 def choose_checkpoint(output_dir, model, opts):
@@ -111,7 +108,7 @@ def main(argv=None):
     opts = parse_args(argv)
     import datasets
     import torch
-    from transformers import DataCollatorForLanguageModeling, Trainer
+    from transformers import DataCollatorForSeq2Seq, Trainer
 
     from helpers.manifest import MANIFEST_NAME, ManifestCallback, load_manifest
     from helpers.models import is_embedded
@@ -172,7 +169,7 @@ def main(argv=None):
         args=args,
         train_dataset=train,
         eval_dataset=held_out,
-        data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
+        data_collator=DataCollatorForSeq2Seq(tokenizer),  # pads the labels with -100: padding is not learned
         callbacks=[ManifestCallback(model_id=model_name, dataset=train)],
     )
     trainer.train(resume_from_checkpoint=resume_from)

@@ -75,7 +75,9 @@ if not any(metadata.distributions(name="compute-realities-kit")):
 
 # %% tags=["parameters"]
 smoke = False  # True: the kit's tiny built-in model and a slice of the data, whatever the machine (seconds)
-model_id = "Qwen/Qwen2.5-7B"  # the capstone's 7B; "Qwen/Qwen2.5-0.5B" trains in a few minutes instead
+model_id = "unsloth/Qwen2.5-7B-bnb-4bit"  # the 7B saved in 4-bit (5.5 GB); "Qwen/Qwen2.5-7B" is its bf16 original
+merge_base_id = "Qwen/Qwen2.5-7B"  # the 16-bit model the adapter is merged into: the original of model_id
+hub_repo = ""  # a Hub repo of yours ("you/qwen-course-adapter") to push the adapter to; needs a token (HF_TOKEN)
 run_name = "capstone"  # the run's folder; run the notebook again with the same name to resume, a new one starts afresh
 per_device_batch = 1  # sequences per micro-batch: what a 16 GB card holds for a 7B
 grad_accum_steps = 16  # effective batch = 1 x 16 x 1 = 16
@@ -203,7 +205,7 @@ print(
 catalog = {entry.get("hub_id"): name for name, entry in load_catalog("models").items()}
 planned = catalog.get(model_id, "Qwen2.5-7B")  # the model asked for, by its shape
 plan = estimate_training_memory(
-    planned, batch_size=per_device_batch, seq_len=seq_len, precision="fp16", method="qlora", checkpointing=True
+    planned, per_device_batch=per_device_batch, seq_len=seq_len, precision="fp16", method="qlora", checkpointing=True
 )
 print(
     f"{planned} on a T4, estimated: weights {plan.weights / GIB:.2f} GiB ({plan.parameters / 1e9:.1f}B "
@@ -213,34 +215,94 @@ print(
 )
 
 # %% [markdown]
-# ## The data, and the question we will ask
+# The 7B comes from one of two sources: its bf16 original, quantized to 4 bits while it loads (each layer arrives
+# in 16 bits first), or a copy saved already in 4 bits (`model_id`'s default), loaded as saved. Colab's disk and
+# your half hour both feel the download:
+
+# %%
+from helpers.plan import checkpoint_bytes
+
+for source, weights in ((merge_base_id, "bf16"), (model_id if model_id != merge_base_id else "a 4-bit copy", "nf4")):
+    print(
+        f"{source:>30}: {checkpoint_bytes(planned, weights) / 1e9:5.1f} GB to download ({weights}; estimated from the shape)"
+    )
+print(
+    f"loading peak on the card: {plan.load_peak / GIB:.2f} GiB quantizing while loading (estimated), no more from the "
+    "4-bit copy: both end with peft casting the embeddings and the head to fp32, the largest moment"
+)
+
+# %% [markdown]
+# `save_quantized` makes such a copy of any model (quantize once, keep the 4-bit folder on Drive) and `load_qlora`
+# loads either kind, saying which it got. Measured here on the tiny model, whose embeddings are most of it:
+
+# %%
+import tempfile
+
+from helpers.models import embedded_dir
+from helpers.qlora import save_quantized
+
+copy = save_quantized("embedded", Path(tempfile.mkdtemp()) / "tiny-4bit")
+original_mib = sum(f.stat().st_size for f in embedded_dir().glob("*.safetensors")) / MIB
+copy_mib = sum(f.stat().st_size for f in copy.glob("*.safetensors")) / MIB
+print(f"the tiny model's weights: {original_mib:.2f} MiB in fp32, {copy_mib:.2f} MiB in the 4-bit copy")
+tiny_4bit, _ = load_qlora(str(copy))  # the first line it prints says which kind of checkpoint it got
+
+# %% [markdown]
+# ## The data, in the model's own chat format
 #
 # The course's instruction / response pairs, a few held out. On the tiny model 72 examples stand in for the
 # 349, so 3 epochs take seconds. The first held-out instruction is the question asked before and after.
+#
+# A model is asked questions in the format its tokenizer's chat template writes (`apply_chat_template`), so
+# it is trained in that format too. This is one conversation as the template renders it:
 
 # %%
 import datasets
 
-from helpers.data import load_course_data
+from helpers.data import chat_prompt, load_course_data
 
 datasets.disable_progress_bars()  # one line per step is enough output
-template = "### Instruction:\n{instruction}\n\n### Response:\n"
-
-
-def to_features(row):
-    text = template.format(instruction=row["instruction"]) + row["response"] + tokenizer.eos_token
-    return tokenizer(text, truncation=True, max_length=seq_len)
-
-
 tiny = smoke or is_embedded(model)  # the tiny model runs the recipe, it does not need all the data
 rows = load_course_data().shuffle(seed=seed)
 rows = rows.select(range(72)) if tiny else rows
 split = rows.train_test_split(test_size=8 if tiny else 16, seed=seed)
-train = split["train"].map(to_features, remove_columns=rows.column_names)
-held_out = split["test"].map(to_features, remove_columns=rows.column_names)
+first = split["train"][0]
+conversation = [{"role": "user", "content": first["instruction"]}, {"role": "assistant", "content": first["response"]}]
+print(tokenizer.apply_chat_template(conversation, tokenize=False))
+
+# %% [markdown]
+# ### The loss on the answers only
+#
+# The model should learn to *answer*, not to write questions. So each example is the prompt (the user's turn,
+# up to where the assistant's answer begins: `add_generation_prompt=True`) followed by the answer, and the
+# labels are set to -100 on every prompt token: the loss skips them. `chat_dataset` does this for every row;
+# decoding one example's labels shows what is trained on.
+
+# %%
+from helpers.data import IGNORE_INDEX, chat_dataset
+
+train = chat_dataset(split["train"], tokenizer, seq_len)
+held_out = chat_dataset(split["test"], tokenizer, seq_len)
+example = train[0]
+trained_on = [token for token, label in zip(example["input_ids"], example["labels"]) if label != IGNORE_INDEX]
+print(f"the prompt, masked ({example['labels'].count(IGNORE_INDEX)} tokens, label -100):")
+print(repr(chat_prompt(tokenizer, first["instruction"])))
+print(f"\nwhat the loss is computed on ({len(trained_on)} tokens):")
+print(repr(tokenizer.decode(trained_on)))
+
+# %% [markdown]
+# Over the whole training set, the share of tokens that count in the loss:
+
+# %%
+all_tokens = sum(len(ids) for ids in train["input_ids"])
+loss_tokens = sum(sum(label != IGNORE_INDEX for label in labels) for labels in train["labels"])
+lengths = [len(ids) for ids in train["input_ids"]]
 question = split["test"][0]["instruction"]
-lengths = [len(x) for x in train["input_ids"]]
 print(f"{len(train)} training examples ({min(lengths)} to {max(lengths)} tokens), {len(held_out)} held out")
+print(
+    f"tokens in the loss: {loss_tokens:,} of {all_tokens:,} ({loss_tokens / all_tokens:.0%}); "
+    f"the other {all_tokens - loss_tokens:,} are prompt, masked"
+)
 print(f"the question: {question}")
 
 # %% [markdown]
@@ -250,27 +312,39 @@ print(f"the question: {question}")
 # adapter's update starts at zero: this is the base model.
 
 # %%
-from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
+from transformers import DataCollatorForSeq2Seq, PrinterCallback, Trainer, TrainingArguments
 
 
-def answer(model):
-    """The model's greedy answer to `question`, in the fine-tuning format."""
-    inputs = tokenizer(template.format(instruction=question), return_tensors="pt").to(model.device)
+def greedy_ids(model, logits=False):
+    """The token ids of the model's greedy answer to `question`, asked in its chat format (and its logits on it)."""
+    inputs = tokenizer(chat_prompt(tokenizer, question), add_special_tokens=False, return_tensors="pt")
+    inputs = inputs.to(model.device)
     model.eval()
     with torch.no_grad():
         out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, use_cache=True)
+        scores = model(**inputs).logits.float().cpu() if logits else None
     model.train()
-    return tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True).strip()
+    ids = out[0, inputs["input_ids"].shape[1] :].tolist()
+    return (ids, scores) if logits else ids
 
 
-collator = DataCollatorForLanguageModeling(tokenizer, mlm=False)  # labels = inputs, padding masked out
+def answer(model):
+    return tokenizer.decode(greedy_ids(model), skip_special_tokens=True).strip()
+
+
+# pads input_ids with the pad token and labels with -100, so padding never counts in the loss either
+collator = DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=IGNORE_INDEX)
 quiet = dict(report_to="none", disable_tqdm=True, dataloader_pin_memory=torch.cuda.is_available())
 before = Trainer(
     model=model, args=TrainingArguments("build/eval", **quiet), eval_dataset=held_out, data_collator=collator
 )
+before.remove_callback(PrinterCallback)  # its {'eval_loss': ...} dicts would repeat what is printed below
 base_loss = before.evaluate()["eval_loss"]
+unmasked = held_out.map(lambda row: {"labels": row["input_ids"]})  # the same examples, every token in the loss
+base_loss_unmasked = before.evaluate(unmasked)["eval_loss"]
 reply_before = answer(model)
-print(f"held-out loss before: {base_loss:.4f}\nanswer before: {reply_before!r}")
+print(f"held-out loss before, on the answers: {base_loss:.4f} (on every token: {base_loss_unmasked:.4f})")
+print(f"answer before: {reply_before!r}")
 
 # %% [markdown]
 # ## Tracking, and where this run stands
@@ -327,6 +401,8 @@ if not save_steps < disconnect_after_step < total_steps:  # a short run: cut it 
     print(
         f"a {total_steps}-step run: a checkpoint every {save_steps} steps, the disconnect after {disconnect_after_step}"
     )
+last_save = disconnect_after_step // save_steps * save_steps  # the checkpoint the second session resumes from
+logged_around = range(last_save, disconnect_after_step + 1)  # both sessions train steps last_save+1 .. disconnect
 on_gpu = torch.cuda.is_available()
 bf16 = on_gpu and torch.cuda.get_device_capability()[0] >= 8
 args = TrainingArguments(
@@ -356,8 +432,11 @@ print("audit: " + (f"{len(findings)} finding(s), each printed above" if findings
 # ## Train, until the connection drops
 #
 # `LiveMemoryCallback` shows step, loss and memory; `ManifestCallback` writes `run_manifest.json` into each
-# checkpoint; `SimulatedDisconnect` ends the session a little past a checkpoint. `train_or_report` only
-# loads a *finished* run (handed its last checkpoint, the Trainer would train one step past the end).
+# checkpoint; `SimulatedDisconnect` ends the session a little past a checkpoint. `LogAroundDisconnect` logs
+# every step from that checkpoint to the disconnect: both sessions train those steps, and with `logging_steps`
+# alone (10 on the 7B: steps 10, 20, 30 ...) neither session would log one of them for the two to be compared.
+# `train_or_report` only loads a *finished* run (handed its last checkpoint, the Trainer would train one step
+# past the end).
 
 # %%
 import json
@@ -382,15 +461,27 @@ class SimulatedDisconnect(TrainerCallback):
             control.should_training_stop = True
 
 
+class LogAroundDisconnect(TrainerCallback):
+    """Log the training loss at each of `steps`, besides every `logging_steps`."""
+
+    def __init__(self, steps):
+        self.steps = set(steps)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step in self.steps:
+            control.should_log = True  # a logged loss is the mean since the last log: past the first, this step's
+
+
 def make_trainer(model, *callbacks):
     live = LiveMemoryCallback(every_n_steps=min(logging_steps, max(1, total_steps // 4)))
+    manifest = ManifestCallback(model_id=model_name, dataset=train)
     trainer = Trainer(
         model=model,
         args=args,
         train_dataset=train,
         eval_dataset=held_out,
         data_collator=collator,
-        callbacks=[live, ManifestCallback(model_id=model_name, dataset=train), *callbacks],
+        callbacks=[live, manifest, LogAroundDisconnect(logged_around), *callbacks],
     )
     trainer.remove_callback(PrinterCallback)  # its {'loss': ...} dicts would print around the live readout
     return trainer, live
@@ -493,6 +584,141 @@ print(f"after  (held-out loss {final_loss:.4f}): {reply_after!r}")
 # The held-out loss is the measurement; the answer is one greedy sample, an illustration (on the tiny model
 # at most its form changes; with the 7B, judge the two yourself).
 #
+# ## The adapter: saved, reloaded, merged
+#
+# What the fine-tune made is the adapter, a few MB beside a base model anyone can download. `save_pretrained`
+# on the peft model writes the adapter alone: its weights and `adapter_config.json`, which names the base.
+
+# %%
+adapter_dir = output_dir / "adapter"
+trainer.model.save_pretrained(adapter_dir)
+adapter_files = {f.name: f.stat().st_size for f in adapter_dir.iterdir()}
+adapter_bytes = sum(adapter_files.values())
+print(", ".join(f"{name} ({size / MIB:,.2f} MiB)" for name, size in sorted(adapter_files.items())))
+print(f"the adapter: {adapter_bytes / MIB:,.2f} MiB on disk for {footprint.trainable_params:,} parameters")
+trained_ids, trained_logits = greedy_ids(trainer.model, logits=True)  # to compare the reloaded model with
+run_config = trainer.model.config  # this run's model, for the estimates below
+
+# %% [markdown]
+# A new session has only the files. Load the base as it was trained (the same 4-bit weights: `load_qlora`, whose
+# fresh adapter `unload()` takes off again), put the saved adapter on it with `PeftModel.from_pretrained`, and
+# ask the same question: the greedy answer must be the trained model's, token for token.
+
+# %%
+import warnings
+
+from peft import PeftModel
+
+from helpers.memory import measure
+
+
+def peak_bytes(readout):
+    """The most a block held: allocated on the card on a GPU, else the process's RSS growth (libraries included)."""
+    return readout["peak_allocated"] if "peak_allocated" in readout else readout["rss_peak_delta"]
+
+
+trainer, model = free_memory(trainer, model)
+with measure("reload") as reload_readout, warnings.catch_warnings():
+    warnings.filterwarnings("ignore", ".*is_gradient_checkpointing.*", FutureWarning)  # peft's old name, not yours
+    base, tokenizer = load_qlora(model_id, smoke=smoke, checkpointing=False)
+    reloaded = PeftModel.from_pretrained(base.unload(), adapter_dir)
+reloaded_ids, reloaded_logits = greedy_ids(reloaded, logits=True)
+reloaded_bytes = measure_footprint(reloaded).total_bytes
+print(
+    f"reloaded: {reloaded_bytes / MIB:,.2f} MiB of weights (4-bit base + adapter), peak {peak_bytes(reload_readout) / MIB:,.1f} MiB"
+)
+logits_diff = (reloaded_logits - trained_logits).abs().max().item()
+print(f"same greedy answer as the trained model: {reloaded_ids == trained_ids} ({len(trained_ids)} tokens)")
+print(f"largest difference in the logits on the question's {trained_logits.shape[1]} tokens: {logits_diff:g}")
+assert reloaded_ids == trained_ids, "the reloaded adapter answers differently: was the base loaded another way?"
+
+# %% [markdown]
+# To serve the model without peft, merge the adapter into the base: `merge_and_unload` adds each adapter's update
+# into its weight and drops the adapter. The base must be the 16-bit original (a 4-bit weight cannot hold the sum),
+# all of it in memory at once, so the estimate says first whether this machine has the room. It runs on the CPU:
+# a T4 could not hold a 16-bit 7B at all.
+
+# %%
+import psutil
+from transformers import AutoModelForCausalLM
+
+from helpers.models import embedded_dir
+
+base, reloaded = free_memory(base, reloaded)
+merge_source = embedded_dir() if tiny else merge_base_id
+merge_dtype = torch.float16 if on_gpu and not bf16 else torch.bfloat16  # the card's 16-bit format (bf16 on a CPU)
+merge_plan = checkpoint_bytes(run_config if tiny else merge_base_id, "bf16") + adapter_bytes
+room = psutil.virtual_memory().available
+print(f"merging needs about {merge_plan / GIB:,.3f} GiB in memory (estimated: every weight in 16 bits + the adapter);")
+print(f"this machine has {room / GIB:,.1f} GiB free")
+merged_dir, merged_bytes, merge_peak = output_dir / "merged", None, None
+if merge_plan < 0.9 * room:  # a margin for what else the session holds
+    with measure("merge", device="cpu") as merge_readout:
+        base16 = AutoModelForCausalLM.from_pretrained(merge_source, dtype=merge_dtype)
+        merged = PeftModel.from_pretrained(base16, adapter_dir).merge_and_unload()
+        merged.save_pretrained(merged_dir)
+        tokenizer.save_pretrained(merged_dir)
+    merged_bytes, merge_peak = sum(p.numel() * p.element_size() for p in merged.parameters()), peak_bytes(merge_readout)
+    merged_reply = tokenizer.decode(greedy_ids(merged), skip_special_tokens=True).strip()
+    on_disk = sum(f.stat().st_size for f in merged_dir.iterdir()) / MIB
+    print(
+        f"merged: {merged_bytes / MIB:,.2f} MiB of {merge_dtype} weights, peak {merge_peak / MIB:,.1f} MiB; {merged_dir}: {on_disk:,.2f} MiB"
+    )
+    print(f"its answer: {merged_reply!r}")
+    base16, merged = free_memory(base16, merged)
+else:
+    print(f"not merged here: merge on a machine with {merge_plan / GIB:,.0f} GiB free; the adapter + base is the model")
+
+# %% [markdown]
+# The merged answer may differ from the 4-bit one: it runs on the original 16-bit weights, not on their 4-bit
+# rounding the adapter was trained against.
+#
+# To share the adapter, push it to the Hub (set `hub_repo` and a token: `HF_TOKEN` in Colab's secrets or Kaggle's
+# add-ons). Without both, the cell says so and goes on.
+
+# %%
+hub_token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
+if hub_repo and hub_token:
+    from huggingface_hub import HfApi
+
+    url = HfApi(token=hub_token).upload_folder(repo_id=hub_repo, folder_path=adapter_dir, repo_type="model")
+    print(f"pushed the adapter to {url}")
+else:
+    missing = " and ".join(what for what, given in (("hub_repo", hub_repo), ("HF_TOKEN", hub_token)) if not given)
+    print(f"not pushed: no {missing} (set them to share the adapter: huggingface.co/{hub_repo or 'you/NAME'})")
+
+# %% [markdown]
+# ### What the estimator said, beside what was measured
+#
+# The course opened with an estimate made before anything was loaded. Here it is for this run's model, step by
+# step, beside this run's figures.
+
+# %%
+from helpers.resume import list_checkpoints
+
+manifest_peak = load_manifest(list_checkpoints(output_dir)[0])["memory"]["peak_bytes"]  # the run's, as recorded
+plan_run = estimate_training_memory(
+    run_config if tiny else planned, per_device_batch=per_device_batch, seq_len=seq_len,
+    precision="fp32" if not on_gpu else "bf16" if bf16 else "fp16", method="qlora", checkpointing=True,
+    device="cuda" if on_gpu else "cpu",
+)  # fmt: skip
+steps_table = [
+    ("training step, peak", plan_run.total, manifest_peak if on_gpu else None),  # on a CPU: RSS, not comparable
+    ("4-bit base + adapter, loaded", plan_run.weights, footprint.total_bytes),
+    ("adapter on disk", plan_run.trainable * 4, adapter_bytes),  # fp32: 4 bytes a parameter
+    ("reloaded: base + adapter", plan_run.weights, reloaded_bytes),
+    ("merged, 16-bit weights", plan_run.parameters * 2, merged_bytes),
+]
+print(f"{'step':<30}{'estimated':>14}{'measured':>14}")
+for step, estimated, measured in steps_table:
+    shown = f"{measured / MIB:,.2f} MiB" if measured is not None else "-"
+    print(f"{step:<30}{estimated / MIB:>10,.2f} MiB{shown:>14}")
+if not on_gpu:
+    print("(no GPU: the training peak recorded is the process's RSS, libraries included, not the estimator's figure)")
+if merged_bytes is None:
+    print("(not merged on this machine: see above)")
+
+# %% [markdown]
 # ## The report a reviewer asks for
 #
 # The effective batch, the seed, the hardware and its peak memory, and the exact configuration: the manifest
@@ -594,6 +820,16 @@ check("q08_3", answer_q08_3)
 answer_q08_4 = None  # one letter, in quotes
 check("q08_4", answer_q08_4)
 
+# %%
+# QUICK CHECK q08_5
+answer_q08_5 = None  # one letter, in quotes
+check("q08_5", answer_q08_5)
+
+# %%
+# QUICK CHECK q08_6
+answer_q08_6 = None  # every letter that applies, in one string
+check("q08_6", answer_q08_6)
+
 # %% [markdown]
 # The next cell saves this run's figures for the course's own tests; nothing in it is for you to change.
 
@@ -604,6 +840,18 @@ helpers.record("model", model_name)
 helpers.record("adapter_params", footprint.trainable_params)
 helpers.record("planned_total_gib_t4", round(plan.total / GIB, 2))
 helpers.record("train_examples", len(train))
+helpers.record("tokens_in_loss", loss_tokens)
+helpers.record("tokens_total", all_tokens)
+helpers.record("base_loss_unmasked", base_loss_unmasked)
+helpers.record("logged_around", list(logged_around))
+helpers.record("adapter_bytes", adapter_bytes)
+helpers.record("adapter_files", sorted(adapter_files))
+helpers.record("reload_same_answer", reloaded_ids == trained_ids)
+helpers.record("reload_logits_max_diff", logits_diff)
+helpers.record("merge_plan_bytes", merge_plan)
+helpers.record("merged_bytes", merged_bytes)
+helpers.record("merged_dir", str(merged_dir) if merged_bytes is not None else None)
+helpers.record("estimate_vs_measured", [[step, estimated, measured] for step, estimated, measured in steps_table])
 helpers.record("question", question)
 helpers.record("base_loss", base_loss)
 helpers.record("reply_before", reply_before)
@@ -630,10 +878,14 @@ helpers.record("manifest_step", manifest["step"])
 # %% [markdown]
 # ## In this notebook we:
 #
-# - put the checkpoints where a disconnect cannot reach them, and loaded a 7B for a 16 GB card with QLoRA;
+# - put the checkpoints where a disconnect cannot reach them, and loaded a 7B for a 16 GB card with QLoRA, from a
+#   copy saved in 4 bits (5.5 GB to download instead of 15.2);
+# - put the data in the model's chat format and trained on the answers only (the prompt's labels set to -100);
 # - wrote out the lesson's `TrainingArguments` (effective batch 1 x 16 x 1 = 16, seed 42) and audited them;
 # - lost the session on purpose, resumed from the newest whole checkpoint, and plotted the loss across it;
 # - asked the same question before and after the fine-tune, and measured the held-out loss both times;
+# - saved the adapter alone, reloaded it onto a fresh base to the same answer, merged it into the 16-bit model
+#   where the memory allowed, and set the estimator's figure beside each measured one;
 # - wrote the report a reviewer needs from the manifest in the last checkpoint.
 #
 # **Change this, predict, run.**
