@@ -681,8 +681,13 @@ hub_token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN
 if hub_repo and hub_token:
     from huggingface_hub import HfApi
 
-    url = HfApi(token=hub_token).upload_folder(repo_id=hub_repo, folder_path=adapter_dir, repo_type="model")
-    print(f"pushed the adapter to {url}")
+    hub = HfApi(token=hub_token)
+    try:
+        hub.create_repo(hub_repo, private=True, exist_ok=True)  # private until you choose otherwise
+        url = hub.upload_folder(repo_id=hub_repo, folder_path=adapter_dir, repo_type="model")
+        print(f"pushed the adapter to {url}")
+    except Exception as error:  # no network, a token without write access, a repo of someone else's
+        print(f"not pushed to {hub_repo} ({type(error).__name__}: {str(error)[:200]}): check the token's write access")
 else:
     missing = " and ".join(what for what, given in (("hub_repo", hub_repo), ("HF_TOKEN", hub_token)) if not given)
     print(f"not pushed: no {missing} (set them to share the adapter: huggingface.co/{hub_repo or 'you/NAME'})")
