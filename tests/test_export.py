@@ -239,9 +239,12 @@ def finish(process: subprocess.Popen, log: Path) -> None:
     try:
         process.wait(timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
+        tree = psutil.Process(process.pid).children(recursive=True)
+        alive = [f"{p.pid} {p.status()}: {' '.join(p.cmdline())[-60:]}" for p in tree]
         kill_tree(process)
         pytest.fail(
-            f"{log.name}: not done {TIMEOUT_S} s after it was awaited; its last lines:\n{log.read_text()[-4000:]}"
+            f"{log.name}: not done {TIMEOUT_S} s after it was awaited; under the launcher {alive}; its last "
+            f"lines:\n{log.read_text()[-4000:]}"
         )
     print(f"{log.name}: done {time.monotonic() - start:.0f} s after it was awaited")
     text = log.read_text()

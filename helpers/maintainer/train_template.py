@@ -181,12 +181,34 @@ def main(argv=None):
         result = {"resumed_from": resume_from, "global_step": step, "eval_loss": eval_loss, "losses": losses}
         (output_dir / "result.json").write_text(json.dumps(result, indent=2))
         print(f"done: step {step}, held-out loss {eval_loss:.4f}, in {output_dir}")
-    # every rank waits for rank 0's saving, then leaves the process group: a rank that exits with
-    # the group alive aborts in gloo's threads ("terminate called without an active exception")
-    # and the launcher reports the whole job failed, after it trained to the end
-    trainer.accelerator.wait_for_everyone()
-    trainer.accelerator.end_training()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        leave_process_group(trainer.accelerator, tracking if report_to != "none" else None)
     return 0
+
+
+def leave_process_group(accelerator, tracking=None, timeout_s=60):
+    """Every rank waits for rank 0's saving, leaves the process group, then exits: bounded in time.
+
+    A rank that exits with the group alive aborts in gloo's threads ("terminate called without an
+    active exception") and the launcher reports the whole job failed after it trained to the end;
+    leaving it (destroy_process_group) now and then never returns (pytorch#75097: seen here, once
+    in a few runs of two CPU processes, the job done and saved, its ranks alive until killed). So
+    the leaving gets `timeout_s`, and the rank then exits at once, skipping the interpreter's
+    teardown that gloo's threads can abort: every file is written and closed by now.
+    """
+    import threading
+
+    accelerator.wait_for_everyone()  # rank 0 has saved final/ and result.json
+    if tracking is not None:
+        tracking.finish()  # what the interpreter's exit would have done for the tracking run
+    left = threading.Event()
+    threading.Thread(target=lambda: (accelerator.end_training(), left.set()), daemon=True).start()
+    if not left.wait(timeout_s):
+        rank = os.environ.get("RANK", "0")
+        print(f"rank {rank}: still leaving the process group after {timeout_s} s (pytorch#75097); saved, exiting")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
