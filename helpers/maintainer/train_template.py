@@ -191,10 +191,11 @@ def leave_process_group(accelerator, tracking=None, timeout_s=60):
 
     A rank that exits with the group alive aborts in gloo's threads ("terminate called without an
     active exception") and the launcher reports the whole job failed after it trained to the end;
-    leaving it (destroy_process_group) now and then never returns (pytorch#75097: seen here, once
-    in a few runs of two CPU processes, the job done and saved, its ranks alive until killed). So
-    the leaving gets `timeout_s`, and the rank then exits at once, skipping the interpreter's
-    teardown that gloo's threads can abort: every file is written and closed by now.
+    and leaving it (destroy_process_group) now and then never returns (pytorch#75097). Seen here in
+    two of four runs of the test matrix on Python 3.13: two CPU processes trained, saved and printed
+    "done", then did not exit until killed. So the leaving gets `timeout_s`, and the rank then exits
+    at once, skipping the interpreter's teardown that gloo's threads can abort: every file is
+    written and closed by now.
     """
     import threading
 
