@@ -4,6 +4,11 @@ One session per runtime, each built from its file in tests/runtimes/ (which name
 
     colab    Python 3.13, torch 2.11.0, Colab's libraries;  notebooks under a simulated T4
     kaggle   Python 3.12, torch 2.10.0, Kaggle's libraries; notebooks under a simulated T4 x2
+    device   the lent GPU machine's image on the CPU (scripts/device-image.txt: Python 3.12,
+             torch 2.11.0, transformers 5.17.0) with the wheelhouse that travels to it
+             (scripts/build_device_wheels.py) installed as scripts/device_gpu_proof.sh installs it
+             there; then its preflight, gpu-proof's tests and notebook 00 through it. Skipped,
+             saying why, where the wheels cannot be downloaded.
 
 Each session, in order:
 1. a venv from that Python, found on PATH or among pyenv's builds (never downloaded: a missing one
@@ -31,6 +36,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -38,6 +44,7 @@ import nox
 
 ROOT = Path(__file__).resolve().parent
 RUNTIMES_DIR = ROOT / "tests" / "runtimes"
+DEVICE_IMAGE = ROOT / "scripts" / "device-image.txt"  # the lent GPU machine's image, as far as the kit touches it
 # runtime -> (its Python, the card its notebooks run under: helpers run --simulate)
 RUNTIMES = {"colab": ("3.13", "T4"), "kaggle": ("3.12", "T4x2")}
 DISTRIBUTION = "compute-realities-kit"  # pyproject.toml's name, as helpers.maintainer.notebooks.DISTRIBUTION
@@ -48,7 +55,7 @@ nox.options.envdir = os.environ.get("KIT_RUNTIMES_DIR") or str(Path.home() / ".c
 nox.options.reuse_venv = "yes"  # unless the session says otherwise: see built()
 nox.options.error_on_missing_interpreters = True  # a runtime not tested is a failure, not a skip
 nox.options.download_python = "never"  # Pythons come from pyenv or the system, never from the network
-nox.options.sessions = list(RUNTIMES)
+nox.options.sessions = [*RUNTIMES, "device"]
 
 
 def find_python(version: str) -> str:
@@ -81,9 +88,14 @@ def pins(path: Path) -> dict[str, str]:
     return found
 
 
+def runtime_file(runtime: str) -> Path:
+    """The file a session's venv is built from: tests/runtimes/NAME.txt, or the device's image."""
+    return DEVICE_IMAGE if runtime == "device" else RUNTIMES_DIR / f"{runtime}.txt"
+
+
 def key(runtime: str) -> str:
     """What a runtime's venv is built from: its runtime file and the kit's two requirements files."""
-    files = [RUNTIMES_DIR / f"{runtime}.txt", ROOT / "requirements.txt", ROOT / "requirements-dev.txt"]
+    files = [runtime_file(runtime), ROOT / "requirements.txt", ROOT / "requirements-dev.txt"]
     return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
 
 
@@ -157,3 +169,37 @@ def _define(runtime: str, python: str, card: str) -> None:
 
 for _runtime, (_python, _card) in RUNTIMES.items():
     _define(_runtime, _python, _card)
+
+
+@nox.session(python=find_python("3.12"), reuse_venv=None if built("device") else False)
+def device(session: nox.Session) -> None:
+    """The lent GPU machine on the CPU: its image, the wheelhouse installed as there, gpu-proof's tests, notebook 00."""
+    times, start = {}, time.perf_counter()
+    if not built("device"):
+        session.install("-r", str(DEVICE_IMAGE))
+        stamp("device").write_text(key("device"))
+        times["image venv built"] = time.perf_counter() - start
+    mark = time.perf_counter()
+    build = [sys.executable, "scripts/build_device_wheels.py"]
+    wheels = subprocess.run(build, cwd=ROOT, capture_output=True, text=True)
+    print(wheels.stdout[-3000:])
+    if wheels.returncode != 0:  # no package index, or a pin gone from it: nothing here can stand in for them
+        session.skip(f"the device wheels cannot be had here: {(wheels.stderr.strip().splitlines() or ['?'])[-1]}")
+    times["wheelhouse built"] = time.perf_counter() - mark
+    python, site = str(Path(session.bin) / "python"), str(Path(session.virtualenv.location) / "kit-site")
+    out = ROOT / "build" / "runtimes" / "device"
+    mark = time.perf_counter()
+    script_env = {"DEVICE_PYTHON": python, "DEVICE_MODE": "cpu", "DEVICE_SITE": site}
+    session.run("bash", "scripts/device_gpu_proof.sh", str(out), env=script_env, external=True)
+    times["install and preflight"] = time.perf_counter() - mark
+    # everything below imports what the script installed, first on the path, as the machine's kernels do
+    env = {"PYTHONPATH": f"{site}:{ROOT}", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", **ONE_THREAD}
+    mark = time.perf_counter()
+    tests = ["tests/test_gpu_proof.py", "tests/test_device_wheels.py", *session.posargs]
+    session.run("python", "-m", "pytest", "-o", "addopts=-p no:cacheprovider", "-q", *tests, env=env)
+    times["gpu-proof's tests"] = time.perf_counter() - mark
+    mark = time.perf_counter()
+    session.run("python", "-m", "helpers", "run", "--only", "00", "--smoke", "--out", str(out / "notebooks"), env=env)
+    times["notebook 00"] = time.perf_counter() - mark
+    times["session"] = time.perf_counter() - start
+    session.log("device: " + ", ".join(f"{what} {seconds:.0f} s" for what, seconds in times.items()))

@@ -5,7 +5,7 @@ python -m helpers notebooks [--check]                          # rebuild .ipynb 
 python -m helpers badges [--check]                             # rewrite colab_badges.md
 python -m helpers publish --repo OWNER/NAME --ref REF [--check]  # retarget badges, install cells, README at a fork
 python -m helpers plan --model Mistral-7B --gpu T4 --seq-len 512 [--qlora]  # what fits, and how
-python -m helpers gpu-proof --out DIR                          # on a machine with one CUDA GPU: the proof
+python -m helpers gpu-proof --out DIR [--only A,B] [--order A,B] [--notebooks-budget S] [--time-limit S]  # 1 GPU
 python -m helpers export 08 --out DIR [--gpus N] [--card A100-80GB]  # train.py, accelerate config, Slurm job
 python -m helpers quickcheck student|grade|seal ...            # instructors: see python -m helpers.quickcheck -h
 python -m helpers --version
@@ -40,7 +40,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "gpu-proof":
         from helpers.maintainer import gpu_proof
 
-        return gpu_proof.main(args.out, only=tuple(args.only or ()))
+        only = tuple(name for names in args.only or () for name in names)  # --only a,b --only c
+        return gpu_proof.main(
+            args.out,
+            only=only,
+            order=args.order,
+            notebooks_budget_s=args.notebooks_budget,
+            time_limit_s=args.time_limit,
+        )
     if args.command == "export":
         return _export(args)
     return _notebooks(args)
@@ -92,15 +99,45 @@ def _parser() -> argparse.ArgumentParser:
 
     proof = sub.add_parser("gpu-proof", help="prove the kit on one CUDA GPU (no internet needed); see docs/")
     proof.add_argument("--out", type=Path, required=True, help="folder for gpu-proof.md and gpu-proof.json")
-    proof.add_argument(
-        "--only", action="append", metavar="SECTION", help="notebooks, estimator, headline, oom, precision"
-    )
+    _gpu_proof_arguments(proof)
 
     _plan_arguments(sub.add_parser("plan", help="estimate a fine-tune's memory on a card and plan what makes it fit"))
     _export_arguments(sub.add_parser("export", help="notebook 08 as train.py, an accelerate config and a Slurm job"))
     # listed for the help only: main() hands `quickcheck ...` to its own command line before parsing
     sub.add_parser("quickcheck", help="instructors: student versions and grading (quickcheck -h for more)")
     return parser
+
+
+def _gpu_proof_arguments(proof: argparse.ArgumentParser) -> None:
+    from helpers.maintainer.gpu_proof import NOTEBOOKS_BUDGET_S, SECTIONS  # no torch: it imports lazily
+
+    sections = ",".join(SECTIONS)
+    proof.add_argument(
+        "--only",
+        type=_names,
+        action="append",
+        metavar="SECTION[,SECTION]",
+        help=f"run only these of the sections {sections}; repeatable",
+    )
+    proof.add_argument(
+        "--order",
+        type=_names,
+        metavar="SECTION,...",
+        help=f"the sections to run, in this order (default: {sections})",
+    )
+    proof.add_argument(
+        "--notebooks-budget",
+        type=_number("--notebooks-budget", 0, 24 * 3600, "seconds", str(NOTEBOOKS_BUDGET_S)),
+        default=NOTEBOOKS_BUDGET_S,
+        metavar="SECONDS",
+        help=f"seconds for all the notebooks; those left when it is spent are skipped (default: {NOTEBOOKS_BUDGET_S})",
+    )
+    proof.add_argument(
+        "--time-limit",
+        type=_number("--time-limit", 0, 24 * 3600, "seconds", "500"),
+        metavar="SECONDS",
+        help="seconds for the whole run: the notebooks, last, get what the other sections left (default: no limit)",
+    )
 
 
 def _export_arguments(exp: argparse.ArgumentParser) -> None:
@@ -191,6 +228,14 @@ def _number(flag: str, low: float, high: float, unit: str, example: str):
         return value
 
     return parse
+
+
+def _names(text: str) -> list[str]:
+    """An argparse type: names separated by commas (gpu-proof checks them against its sections)."""
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"{text!r} names nothing: pass e.g. estimator,headline")
+    return names
 
 
 def _targets(text: str) -> str | list[str]:

@@ -9,10 +9,14 @@ allocator's peak, the memory cap, the card's size and precisions, its name) come
 as such: the figures themselves stay for the GPU run.
 """
 
+import dataclasses
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import bitsandbytes as bnb
@@ -20,8 +24,14 @@ import psutil
 import pytest
 import torch
 
+from helpers.__main__ import main as cli
 from helpers.estimate import estimate_training_memory, shape_of
 from helpers.maintainer import gpu_proof, runner
+from helpers.maintainer import notebooks as kit_notebooks
+from helpers.maintainer.gpu_proof import _cuda, _models, estimator, headline, timing
+from helpers.maintainer.gpu_proof import notebooks as proof_notebooks
+from helpers.maintainer.gpu_proof import report as proof_report
+from helpers.maintainer.gpu_proof._proof import NOTEBOOKS_BUDGET_S, Proof
 from helpers.maintainer.notebooks import REPO_ROOT
 from helpers.qlora import measure_footprint
 
@@ -65,33 +75,34 @@ class FakeCuda:
 
 @pytest.fixture
 def fake_cuda(monkeypatch):
+    """The fakes put where every section looks the CUDA-only calls up: `_cuda.peak_bytes()` and the rest."""
     fake = FakeCuda()
     for name in ("peak_bytes", "reserved_bytes", "total_bytes", "cap_memory", "precisions", "machine"):
-        monkeypatch.setattr(gpu_proof, f"_{name}", getattr(fake, name))
+        monkeypatch.setattr(_cuda, name, getattr(fake, name))
     return fake
 
 
 @pytest.fixture
 def tiny(monkeypatch):
-    """The catalog's models replaced by tiny shapes, built through the module's own `_config_of`."""
-    monkeypatch.setattr(gpu_proof, "_config", lambda name: gpu_proof._config_of(name, TINY_SHAPES[name]))
+    """The catalog's models replaced by tiny shapes, built through the package's own `config_of`."""
+    monkeypatch.setattr(_models, "config", lambda name: _models.config_of(name, TINY_SHAPES[name]))
     monkeypatch.setattr(
-        gpu_proof, "ESTIMATOR_CASES", (("Qwen-tiny", "full"), ("Qwen-tiny", "lora"), ("Mistral-tiny", "qlora"))
+        estimator, "ESTIMATOR_CASES", (("Qwen-tiny", "full"), ("Qwen-tiny", "lora"), ("Mistral-tiny", "qlora"))
     )
-    monkeypatch.setattr(gpu_proof, "SEQ_LENS", (16, 32))
-    monkeypatch.setattr(gpu_proof, "HEADLINE_MODEL", "Mistral-tiny")
-    monkeypatch.setattr(gpu_proof, "HEADLINE_SEQ_LEN", 32)
-    monkeypatch.setattr(gpu_proof, "OOM_MODEL", "Qwen-tiny")
-    monkeypatch.setattr(gpu_proof, "OOM_SEQ_LEN", 16)
-    monkeypatch.setattr(gpu_proof, "TIMING_MODEL", "Qwen-tiny")
-    monkeypatch.setattr(gpu_proof, "TIMING_SEQ_LEN", 16)
-    monkeypatch.setattr(gpu_proof, "TIMED_STEPS", 2)
+    monkeypatch.setattr(estimator, "SEQ_LENS", (16, 32))
+    monkeypatch.setattr(headline, "HEADLINE_MODEL", "Mistral-tiny")
+    monkeypatch.setattr(headline, "HEADLINE_SEQ_LEN", 32)
+    monkeypatch.setattr(headline, "OOM_MODEL", "Qwen-tiny")
+    monkeypatch.setattr(headline, "OOM_SEQ_LEN", 16)
+    monkeypatch.setattr(timing, "TIMING_MODEL", "Qwen-tiny")
+    monkeypatch.setattr(timing, "TIMING_SEQ_LEN", 16)
+    monkeypatch.setattr(timing, "TIMED_STEPS", 2)
 
 
 @pytest.fixture
 def proof(tmp_path):
     (tmp_path / "scratch").mkdir()
-    return gpu_proof._Proof(tmp_path / "out", tmp_path / "scratch", device="cpu", precision="bf16")
+    return Proof(tmp_path / "out", tmp_path / "scratch", device="cpu", precision="bf16", card="fake card")
 
 
 def lora_b(model):
@@ -106,7 +117,7 @@ def lora_b(model):
     [("Qwen2.5-0.5B", "Qwen2Config"), ("Qwen2.5-1.5B", "Qwen2Config"), ("Mistral-7B", "MistralConfig")],
 )
 def test_the_configs_built_have_the_catalog_shapes(name, config_class):
-    config = gpu_proof._config(name)
+    config = _models.config(name)
     assert type(config).__name__ == config_class
     assert shape_of(config) == shape_of(name)  # so the estimator reads the same model from either
     assert config.use_cache is False
@@ -115,8 +126,8 @@ def test_the_configs_built_have_the_catalog_shapes(name, config_class):
 @pytest.mark.parametrize("method", ["full", "lora", "qlora"])
 def test_each_method_builds_the_model_the_estimator_assumes(tiny, proof, method):
     name = "Mistral-tiny"
-    model = gpu_proof._model(proof, name, method, "bf16")
-    config = gpu_proof._config(name)
+    model = _models.model(proof, name, method, "bf16")
+    config = _models.config(name)
     e = estimate_training_memory(config, per_device_batch=1, seq_len=16, precision="bf16", method=method, lora_r=16)
     assert sum(p.numel() for p in model.parameters() if p.requires_grad) == e.trainable
     assert all(p.dtype == torch.float32 for p in model.parameters() if p.requires_grad)  # adapters, master weights
@@ -132,31 +143,31 @@ def test_each_method_builds_the_model_the_estimator_assumes(tiny, proof, method)
 
 def test_the_qlora_model_is_saved_once_and_loaded_in_4_bits(tiny, proof, monkeypatch):
     builds = []
-    real_build = gpu_proof._build
-    monkeypatch.setattr(gpu_proof, "_build", lambda *a: builds.append(a) or real_build(*a))
-    folder = gpu_proof._saved(proof, "Mistral-tiny")
-    assert gpu_proof._saved(proof, "Mistral-tiny") == folder and len(builds) == 1
+    real_build = _models.build
+    monkeypatch.setattr(_models, "build", lambda *a: builds.append(a) or real_build(*a))
+    folder = _models.saved(proof, "Mistral-tiny")
+    assert _models.saved(proof, "Mistral-tiny") == folder and len(builds) == 1
     assert (folder / "config.json").is_file() and list(folder.glob("*.safetensors"))
     assert not list(proof.scratch.glob("*.partial"))
-    model = gpu_proof._load_qlora(folder, "bf16", "cpu")
+    model = _models.load_qlora(folder, "bf16", "cpu")
     assert model.config.quantization_config.bnb_4bit_quant_type == "nf4"
     assert model.config.quantization_config.bnb_4bit_use_double_quant
 
 
 def test_checkpointing_goes_on_and_off_without_leaving_the_input_hook(tiny, proof):
-    model = gpu_proof._model(proof, "Qwen-tiny", "lora", "bf16")
-    gpu_proof._set_checkpointing(model, True)
+    model = _models.model(proof, "Qwen-tiny", "lora", "bf16")
+    _models.set_checkpointing(model, True)
     assert model.is_activation_checkpointing and model.base_model.model._require_grads_hooks
-    gpu_proof._set_checkpointing(model, False)
+    _models.set_checkpointing(model, False)
     assert not model.is_activation_checkpointing and not model.base_model.model._require_grads_hooks
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 def test_the_training_steps_train_the_adapters_only(tiny, proof, precision):
-    model = gpu_proof._model(proof, "Mistral-tiny", "qlora", precision)
-    gpu_proof._set_checkpointing(model, True)
+    model = _models.model(proof, "Mistral-tiny", "qlora", precision)
+    _models.set_checkpointing(model, True)
     before, frozen = lora_b(model), model.get_input_embeddings().weight.detach().clone()
-    gpu_proof._train_steps(model, precision, 16, steps=2, per_device_batch=2, grad_accum_steps=2, device="cpu")
+    _models.train_steps(model, precision, 16, steps=2, per_device_batch=2, grad_accum_steps=2, device="cpu")
     after = lora_b(model)
     assert all(after[n].abs().sum() > 0 and not torch.equal(after[n], before[n]) for n in before)
     assert torch.equal(model.get_input_embeddings().weight, frozen)
@@ -167,7 +178,7 @@ def test_the_training_steps_train_the_adapters_only(tiny, proof, precision):
 
 
 def test_the_estimator_grid_runs_every_case(tiny, proof, fake_cuda):
-    result = gpu_proof._estimator_grid(proof)
+    result = estimator.estimator_grid(proof)
     rows = result["rows"]
     assert "status" not in result, result.get("error")
     assert [(r["model"], r["method"], r["checkpointing"], r["seq_len"]) for r in rows[:4]] == [
@@ -176,13 +187,17 @@ def test_the_estimator_grid_runs_every_case(tiny, proof, fake_cuda):
         ("Qwen-tiny", "full", True, 16),
         ("Qwen-tiny", "full", True, 32),
     ]
-    assert len(rows) == 12 and {r["method"] for r in rows} == {"full", "lora", "qlora"}
+    assert len(rows) == 16 and {r["method"] for r in rows} == {"full", "lora", "qlora"}
+    # the card's own precision, then the QLoRA case again in a T4's (fp16: a T4 has no bf16)
+    labels = [(r["model"], r["method"], r["precision"], r["card"], r["stands_for"]) for r in rows]
+    assert labels[:12] == [(r["model"], r["method"], "bf16", "fake card", "") for r in rows[:12]]
+    assert labels[12:] == [("Mistral-tiny", "qlora", "fp16", "fake card", "T4")] * 4
     for r in rows:
         e = estimate_training_memory(
-            gpu_proof._config(r["model"]),
+            _models.config(r["model"]),
             per_device_batch=1,
             seq_len=r["seq_len"],
-            precision="bf16",
+            precision=r["precision"],
             method=r["method"],
             lora_dropout=0.0,
             checkpointing=r["checkpointing"],
@@ -194,42 +209,50 @@ def test_the_estimator_grid_runs_every_case(tiny, proof, fake_cuda):
     assert result["median_abs_error_pct"] > 0 and result["median_abs_reserved_error_pct"] > 0
 
 
+def test_a_card_that_trains_in_fp16_has_no_t4_stand_in_rows(tiny, proof, fake_cuda):
+    rows = estimator.estimator_grid(dataclasses.replace(proof, precision="fp16"))["rows"]
+    assert len(rows) == 12 and {(r["precision"], r["stands_for"]) for r in rows} == {("fp16", "")}
+
+
 def test_a_model_that_fails_leaves_the_other_rows(tiny, proof, fake_cuda, monkeypatch):
-    real = gpu_proof._train_steps
+    real = _models.train_steps
 
     def fake_train_steps(model, precision, seq_len, **kw):
         if seq_len == 32:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (fake)")
         return real(model, precision, seq_len, **kw)
 
-    monkeypatch.setattr(gpu_proof, "_train_steps", fake_train_steps)
-    monkeypatch.setattr(gpu_proof, "_load_qlora", lambda *a: (_ for _ in ()).throw(OSError("no space left (fake)")))
-    result = gpu_proof._estimator_grid(proof)
-    assert result["status"] == "failed" and "Mistral-tiny qlora" in result["error"]
+    monkeypatch.setattr(_models, "train_steps", fake_train_steps)
+    monkeypatch.setattr(_models, "load_qlora", lambda *a: (_ for _ in ()).throw(OSError("no space left (fake)")))
+    result = estimator.estimator_grid(proof)
+    assert result["status"] == "failed" and "Mistral-tiny qlora bf16, Mistral-tiny qlora fp16 (T4)" in result["error"]
     assert sum("error_pct" in r for r in result["rows"]) == 4  # the 16-token cases of both Qwen models
-    assert [r["error"] for r in result["rows"] if "error" in r][-1] == "OSError: no space left (fake)"
+    failed = [r for r in result["rows"] if "error" in r]
+    assert [r["error"] for r in failed][-2:] == ["OSError: no space left (fake)"] * 2
+    assert all(r["precision"] and r["card"] == "fake card" for r in failed)  # labelled, even without a figure
 
 
 def test_the_headline_loads_and_trains_under_the_t4_cap_then_lifts_it(tiny, proof, fake_cuda):
     from helpers.catalog import gpu_bytes
     from helpers.estimate import CUDA_CONTEXT_BYTES
 
-    result = gpu_proof._headline(proof)
+    result = headline.run_headline(proof)
     cap = gpu_bytes("T4") - CUDA_CONTEXT_BYTES
     assert fake_cuda.fractions == [cap / FAKE_CARD_BYTES, 1.0]
     assert result["passed"] and result["precision"] == "fp16"  # a T4's precision, whatever the card lent
+    assert result["ran_on"] == "fake card" and result["stands_for"] == "T4"
     assert result["cap_gib"] == round(cap / 2**30, 2) and result["step_peak_gib"] == round(FAKE_PEAK_BYTES / 2**30, 2)
 
 
 def test_the_headline_lifts_the_cap_when_loading_fails(tiny, proof, fake_cuda, monkeypatch):
-    monkeypatch.setattr(gpu_proof, "_load_qlora", lambda *a: (_ for _ in ()).throw(torch.OutOfMemoryError("fake")))
+    monkeypatch.setattr(_models, "load_qlora", lambda *a: (_ for _ in ()).throw(torch.OutOfMemoryError("fake")))
     with pytest.raises(torch.OutOfMemoryError):
-        gpu_proof._headline(proof)
+        headline.run_headline(proof)
     assert fake_cuda.fractions[-1] == 1.0
 
 
 def test_the_oom_section_halves_the_batch_and_keeps_the_effective_batch(tiny, proof, fake_cuda, monkeypatch):
-    real, seen = gpu_proof._train_steps, []
+    real, seen = _models.train_steps, []
 
     def fake_train_steps(model, precision, seq_len, *, per_device_batch, grad_accum_steps, **kw):
         seen.append((per_device_batch, grad_accum_steps))
@@ -239,23 +262,24 @@ def test_the_oom_section_halves_the_batch_and_keeps_the_effective_batch(tiny, pr
             model, precision, seq_len, per_device_batch=per_device_batch, grad_accum_steps=grad_accum_steps, **kw
         )
 
-    monkeypatch.setattr(gpu_proof, "_train_steps", fake_train_steps)
-    result = gpu_proof._oom_recovery(proof)
+    monkeypatch.setattr(_models, "train_steps", fake_train_steps)
+    result = headline.oom_recovery(proof)
     assert "status" not in result, result.get("error")
     assert result["tried"] == [[32, 1], [16, 2], [8, 4], [4, 8]] == [list(t) for t in seen]
     assert result["errors_caught"] == 3 and result["effective_batch_kept"]
+    assert result["precision"] == "bf16" and result["ran_on"] == "fake card"
     assert len(fake_cuda.fractions) == 2 and fake_cuda.fractions[-1] == 1.0
 
 
 def test_the_oom_section_fails_when_nothing_runs_out_of_memory(tiny, proof, fake_cuda):
-    result = gpu_proof._oom_recovery(proof)  # the fake card never refuses: nothing was proven
+    result = headline.oom_recovery(proof)  # the fake card never refuses: nothing was proven
     assert result["status"] == "failed" and result["tried"] == [[32, 1]]
 
 
 def test_the_precision_section_times_each_precision(tiny, proof, fake_cuda):
-    result = gpu_proof._precision_timing(proof)
+    result = timing.precision_timing(proof)
     assert [r["precision"] for r in result["rows"]] == ["fp32", "fp16", "bf16"]
-    assert all(r["step_ms"] > 0 for r in result["rows"])
+    assert all(r["step_ms"] > 0 and r["card"] == "fake card" for r in result["rows"])
 
 
 # --- the notebooks' watchdog -----------------------------------------------------------------------
@@ -269,10 +293,10 @@ def test_a_hung_notebook_is_killed_with_the_processes_it_started(proof, monkeypa
         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], start_new_session=True); "
         f"open({str(pid_file)!r}, 'w').write(str(child.pid)); time.sleep(30); open({str(finished)!r}, 'w')"
     )
-    monkeypatch.setattr(gpu_proof, "_notebook_command", lambda stem, out: [sys.executable, "-c", hang])
-    monkeypatch.setattr(gpu_proof, "NOTEBOOK_TIMEOUT_S", 3)
+    monkeypatch.setattr(proof_notebooks, "_notebook_command", lambda stem, out: [sys.executable, "-c", hang])
+    monkeypatch.setattr(proof_notebooks, "NOTEBOOK_TIMEOUT_S", 3)
     monkeypatch.setattr(runner, "select", lambda names: [Path("01_hangs.ipynb")])
-    result = gpu_proof._notebooks(proof)
+    result = proof_notebooks.run_notebooks(proof)
     # an order, not a duration: the section returned while the notebook had not finished, so it was
     # stopped at its bound, not waited for (a wait past 30 s would find `finished` written)
     assert not finished.exists(), "the hung notebook was waited for instead of killed at NOTEBOOK_TIMEOUT_S"
@@ -287,17 +311,46 @@ def test_a_hung_notebook_is_killed_with_the_processes_it_started(proof, monkeypa
 
 
 def test_notebooks_past_the_section_budget_are_skipped(proof, monkeypatch):
-    monkeypatch.setattr(gpu_proof, "NOTEBOOKS_BUDGET_S", 0)
     monkeypatch.setattr(runner, "select", lambda names: [Path("00_a.ipynb"), Path("01_b.ipynb")])
-    result = gpu_proof._notebooks(proof)
+    result = proof_notebooks.run_notebooks(dataclasses.replace(proof, notebooks_budget_s=0))
     assert [r["status"] for r in result["rows"]] == ["skipped", "skipped"] and result["status"] == "failed"
-    md = gpu_proof._markdown({"machine": FakeCuda().machine(), "sections": {"notebooks": {**result, "seconds": 0.0}}})
-    assert "## notebooks (failed, 0.0 s)" in md and "| 00_a | skipped | 0 s spent |" in md
+    md = proof_report.markdown({"machine": FakeCuda().machine(), "sections": {"notebooks": {**result, "seconds": 0.0}}})
+    assert "## notebooks (failed, 0.0 s)" in md and "| 00_a | skipped | budget of 0 s spent |" in md
+
+
+def test_each_notebook_gets_what_is_left_of_the_budget_at_most_its_own_bound(proof, monkeypatch):
+    bounds = []
+
+    def fake_row(stem, out, timeout_s):
+        bounds.append(timeout_s)
+        return {"notebook": stem, "status": "ok", "seconds": 0.0, "error": ""}
+
+    monkeypatch.setattr(proof_notebooks, "_notebook_row", fake_row)
+    monkeypatch.setattr(runner, "select", lambda names: [Path("00_a.ipynb")])
+    proof_notebooks.run_notebooks(dataclasses.replace(proof, notebooks_budget_s=45))  # less than one bound
+    proof_notebooks.run_notebooks(dataclasses.replace(proof, notebooks_budget_s=3600))  # more than one bound
+    assert 40 < bounds[0] <= 45 and bounds[1] == proof_notebooks.NOTEBOOK_TIMEOUT_S
+
+
+def test_the_runs_time_limit_leaves_the_notebooks_what_the_model_sections_left(proof, monkeypatch):
+    bounds = []
+
+    def fake_row(stem, out, timeout_s):
+        bounds.append(timeout_s)
+        return {"notebook": stem, "status": "ok", "seconds": 0.0, "error": ""}
+
+    monkeypatch.setattr(proof_notebooks, "_notebook_row", fake_row)
+    monkeypatch.setattr(runner, "select", lambda names: [Path("00_a.ipynb"), Path("01_b.ipynb")])
+    soon = dataclasses.replace(proof, notebooks_budget_s=3600, deadline=time.monotonic() + 50)
+    proof_notebooks.run_notebooks(soon)  # 50 s left of the run, not the hour of the budget
+    assert len(bounds) == 2 and all(40 < bound <= 50 for bound in bounds)
+    past = dataclasses.replace(proof, notebooks_budget_s=3600, deadline=time.monotonic() - 5)
+    assert [r["status"] for r in proof_notebooks.run_notebooks(past)["rows"]] == ["skipped", "skipped"]
 
 
 def test_a_notebook_runs_through_the_kits_own_command(proof, monkeypatch):
     monkeypatch.setattr(runner, "select", lambda names: [REPO_ROOT / "notebooks" / "00_where_to_get_gpus.ipynb"])
-    result = gpu_proof._notebooks(proof)
+    result = proof_notebooks.run_notebooks(proof)
     (row,) = result["rows"]
     assert row["status"] == "ok", row["error"]
     assert row["card_peak_mib"] == 0 and row["idle_mib"] == 0  # no NVML on a CPU machine
@@ -325,29 +378,32 @@ def test_a_failing_section_is_recorded_and_the_report_is_written_after_each(tmp_
     monkeypatch.setattr(gpu_proof, "SECTIONS", {"first": first, "second": second, "third": third})
     report = gpu_proof.run_proof(out, device="cpu", precision="bf16")
     assert [s["status"] for s in report["sections"].values()] == ["ok", "failed", "ok"]
-    assert list(seen_on_disk[0]) == ["first"] and list(seen_on_disk[1]) == ["first", "second"]
+    # on disk while a section runs: those before it, finished, and itself in progress
+    assert [s["status"] for s in seen_on_disk[0].values()] == ["ok", "in progress"]
+    assert list(seen_on_disk[1]) == ["first", "second", "third"] and seen_on_disk[1]["second"]["status"] == "failed"
     assert "the card fell over (fake)" in report["sections"]["second"]["traceback"]
     assert json.loads((out / "gpu-proof.json").read_text()) == report
 
 
 def test_the_report_of_real_sections(tiny, tmp_path, fake_cuda, monkeypatch):
-    real = gpu_proof._train_steps
+    real = _models.train_steps
 
     def fake_train_steps(model, precision, seq_len, *, per_device_batch=1, **kw):
         if per_device_batch > 8:
             raise torch.OutOfMemoryError("CUDA out of memory (fake)")
         return real(model, precision, seq_len, per_device_batch=per_device_batch, **kw)
 
-    monkeypatch.setattr(gpu_proof, "_train_steps", fake_train_steps)
+    monkeypatch.setattr(_models, "train_steps", fake_train_steps)
     report = gpu_proof.run_proof(tmp_path / "out", only=("estimator", "oom"), device="cpu", precision="bf16")
     assert {n: s["status"] for n, s in report["sections"].items()} == {"estimator": "ok", "oom": "ok"}
     md = (tmp_path / "out" / "gpu-proof.md").read_text()
     assert "## estimator (ok," in md and "## oom (ok," in md and "Card: fake card" in md
     table = [line for line in md.splitlines() if line.startswith("| Qwen-tiny") or line.startswith("| Mistral-tiny")]
-    assert len(table) == 12
+    assert len(table) == 16
     header = "| model | method | checkpointing | seq_len | measured_gib | estimated_gib | error_pct | reserved_gib |"
     assert header in md
     assert "- tried: [[32, 1], [16, 2], [8, 4]]" in md
+    assert "| precision | card | stands_for |" in md and "| fp16 | fake card | T4 |" in md
     assert json.loads((tmp_path / "out" / "gpu-proof.json").read_text()) == report
 
 
@@ -369,5 +425,176 @@ def test_without_cuda_the_command_says_so_in_one_sentence_and_exits_0(tmp_path):
 def test_an_unknown_section_is_an_error_that_lists_them(tmp_path, capsys):
     assert gpu_proof.main(tmp_path, only=("estimatr",)) == 2
     err = capsys.readouterr().err
-    assert "'estimatr'" in err and "notebooks, estimator, headline, oom, precision" in err
+    assert "'estimatr'" in err and "estimator, headline, oom, precision, notebooks" in err
     assert not list(tmp_path.iterdir())
+
+
+# --- the order of the sections, the notebooks budget ------------------------------------------------
+
+
+def spy_sections(monkeypatch, names=tuple(gpu_proof.SECTIONS)):
+    """Replace each section by one that records its name and the run's settings; the calls, in a list."""
+    calls = []
+
+    def spy(name):
+        return lambda proof: calls.append((name, proof)) or {"ran": name}
+
+    monkeypatch.setattr(gpu_proof, "SECTIONS", {name: spy(name) for name in names})
+    return calls
+
+
+def test_the_model_sections_run_first_and_the_notebooks_last_by_default(tmp_path, fake_cuda, monkeypatch):
+    assert list(gpu_proof.SECTIONS) == ["estimator", "headline", "oom", "precision", "notebooks"]
+    calls = spy_sections(monkeypatch)
+    report = gpu_proof.run_proof(tmp_path / "out", device="cpu", precision="bf16")
+    assert [name for name, _ in calls] == ["estimator", "headline", "oom", "precision", "notebooks"]
+    assert list(report["sections"]) == [name for name, _ in calls]
+    assert calls[-1][1].notebooks_budget_s == NOTEBOOKS_BUDGET_S and calls[-1][1].card == "fake card"
+
+
+@pytest.mark.parametrize(
+    ("order", "only", "ran"),
+    [
+        (("notebooks", "oom", "estimator"), (), ["notebooks", "oom", "estimator"]),
+        (("precision", "oom", "estimator"), ("estimator", "precision"), ["precision", "estimator"]),
+        (None, ("notebooks", "estimator"), ["estimator", "notebooks"]),
+    ],
+)
+def test_the_order_is_honoured_and_only_picks_from_it(tmp_path, fake_cuda, monkeypatch, order, only, ran):
+    calls = spy_sections(monkeypatch)
+    report = gpu_proof.run_proof(tmp_path / "out", order=order, only=only, device="cpu", precision="bf16")
+    assert [name for name, _ in calls] == ran and list(report["sections"]) == ran
+
+
+def test_the_notebooks_budget_reaches_the_section(tmp_path, fake_cuda, monkeypatch):
+    calls = spy_sections(monkeypatch)
+    gpu_proof.run_proof(tmp_path / "out", only=("notebooks",), notebooks_budget_s=12.5, device="cpu", precision="bf16")
+    ((name, proof),) = calls
+    assert name == "notebooks" and proof.notebooks_budget_s == 12.5
+
+
+@pytest.mark.parametrize(
+    ("order", "only", "message"),
+    [
+        (("estimator", "notebok"), (), "no section 'notebok'; the sections: estimator, headline, oom, precision"),
+        (("oom", "oom"), (), "the order names oom more than once"),
+        (("oom",), ("headline",), "nothing to run: none of headline is in the order oom"),
+    ],
+)
+def test_an_order_that_cannot_run_is_refused_before_it_starts(tmp_path, fake_cuda, monkeypatch, order, only, message):
+    calls = spy_sections(monkeypatch)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        gpu_proof.run_proof(tmp_path / "out", order=order, only=only, device="cpu", precision="bf16")
+    assert calls == [] and not (tmp_path / "out").exists()
+
+
+# --- in progress: a run killed mid-section says which -------------------------------------------------
+
+
+def test_a_running_section_is_on_disk_as_in_progress(tmp_path, fake_cuda, monkeypatch):
+    out, seen = tmp_path / "out", {}
+
+    def headline_section(proof):  # what a reader finds if the machine is taken back right now
+        seen["json"] = json.loads((out / "gpu-proof.json").read_text())["sections"]
+        seen["md"] = (out / "gpu-proof.md").read_text()
+        return {"passed": True}
+
+    calls = spy_sections(monkeypatch, names=("estimator",))
+    monkeypatch.setitem(gpu_proof.SECTIONS, "headline", headline_section)
+    report = gpu_proof.run_proof(out, device="cpu", precision="bf16")
+    assert [name for name, _ in calls] == ["estimator"]
+    assert seen["json"]["estimator"]["status"] == "ok"
+    assert seen["json"]["headline"] == {"status": "in progress", "started": report["sections"]["headline"]["started"]}
+    assert "## estimator (ok, " in seen["md"] and "## headline (in progress)\n" in seen["md"]
+    assert "cut short in this section" in seen["md"]
+    assert report["sections"]["headline"]["status"] == "ok" and "seconds" in report["sections"]["headline"]
+
+
+# --- the kit's commit ------------------------------------------------------------------------------
+
+
+def git(folder, *args):
+    return subprocess.run(
+        ["git", "-c", "user.name=kit", "-c", "user.email=kit@example.com", "-C", str(folder), *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_the_commit_of_a_git_checkout_and_whether_tracked_files_changed(tmp_path, monkeypatch):
+    monkeypatch.setenv("KIT_COMMIT", "not-this-one")  # a checkout's own HEAD comes first
+    git(tmp_path, "init", "-q")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    git(tmp_path, "add", "a.py")
+    git(tmp_path, "commit", "-q", "-m", "first")
+    head = git(tmp_path, "rev-parse", "HEAD")
+    (tmp_path / "new.py").write_text("")  # untracked: not a change to the kit that ran
+    assert proof_report.kit_commit(tmp_path) == {"commit": head, "dirty": False}
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert proof_report.kit_commit(tmp_path) == {"commit": head, "dirty": True}
+    (tmp_path / "sub").mkdir()  # a folder inside a checkout is not the top of one: a kit copied into it
+    assert proof_report.kit_commit(tmp_path / "sub") == {"commit": "not-this-one", "dirty": None}
+
+
+def test_outside_a_checkout_the_commit_comes_from_kit_commit_else_unknown(tmp_path, monkeypatch):
+    monkeypatch.setenv("KIT_COMMIT", " 0123abc \n")
+    assert proof_report.kit_commit(tmp_path) == {"commit": "0123abc", "dirty": None}
+    monkeypatch.delenv("KIT_COMMIT")
+    assert proof_report.kit_commit(tmp_path) == {"commit": "unknown", "dirty": None}
+    monkeypatch.setenv("PATH", str(tmp_path))  # no git at all: still no error
+    assert proof_report.kit_commit(tmp_path) == {"commit": "unknown", "dirty": None}
+
+
+def test_the_report_names_the_kits_commit(tmp_path, fake_cuda, monkeypatch):
+    spy_sections(monkeypatch, names=("oom",))
+    report = gpu_proof.run_proof(tmp_path / "out", device="cpu", precision="bf16")
+    machine, md = report["machine"], (tmp_path / "out" / "gpu-proof.md").read_text()
+    assert machine["commit"] == proof_report.kit_commit()["commit"] and machine["commit"] != ""
+    assert f"Kit commit {machine['commit']}" in md
+    # a copy of the kit without .git (as a lent machine gets it): the commit it was copied from
+    monkeypatch.setattr(kit_notebooks, "REPO_ROOT", tmp_path)
+    monkeypatch.setenv("KIT_COMMIT", "f00dfeed")
+    report = gpu_proof.run_proof(tmp_path / "out", device="cpu", precision="bf16")
+    assert report["machine"]["commit"] == "f00dfeed" and report["machine"]["dirty"] is None
+    assert "Kit commit f00dfeed. Written by" in (tmp_path / "out" / "gpu-proof.md").read_text()
+    dirty = proof_report.markdown({**report, "machine": {**report["machine"], "dirty": True}})
+    assert "Kit commit f00dfeed (with uncommitted changes)." in dirty
+
+
+# --- the command line ------------------------------------------------------------------------------
+
+
+def test_the_command_line_passes_order_only_and_budget(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(gpu_proof, "main", lambda out, **kw: seen.append((out, kw)) or 0)
+    argv = ["gpu-proof", "--out", str(tmp_path), "--only", "estimator,oom", "--only", "headline"]
+    assert cli(argv + ["--order", "oom,headline,estimator", "--notebooks-budget", "90", "--time-limit", "500"]) == 0
+    assert cli(["gpu-proof", "--out", str(tmp_path)]) == 0
+    assert seen[0] == (
+        tmp_path,
+        {
+            "only": ("estimator", "oom", "headline"),
+            "order": ["oom", "headline", "estimator"],
+            "notebooks_budget_s": 90,
+            "time_limit_s": 500,
+        },
+    )
+    assert seen[1][1] == {"only": (), "order": None, "notebooks_budget_s": NOTEBOOKS_BUDGET_S, "time_limit_s": None}
+
+
+@pytest.mark.parametrize("budget", ["0", "-5", "abc", "nan", "inf"])
+def test_a_notebooks_budget_that_is_not_a_positive_number_is_refused(tmp_path, capsys, budget):
+    with pytest.raises(SystemExit) as exited:
+        cli(["gpu-proof", "--out", str(tmp_path / "proof"), f"--notebooks-budget={budget}"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --notebooks-budget:" in err and "e.g. --notebooks-budget 240" in err
+
+
+def test_an_unknown_section_in_the_order_exits_2_with_the_list(tmp_path, capsys):
+    assert cli(["gpu-proof", "--out", str(tmp_path / "proof"), "--order", "estimator,headlines"]) == 2
+    err = capsys.readouterr().err
+    assert "no section 'headlines'; the sections: estimator, headline, oom, precision, notebooks" in err
+    assert not (tmp_path / "proof").exists()
