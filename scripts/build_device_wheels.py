@@ -95,7 +95,12 @@ def download(pins: dict[str, tuple[str, str]], dest: Path) -> None:
     platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
     command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:"]
     command += ["--python-version", PYTHON, "--implementation", "cp", "--abi", "cp312", *platforms, "-d", str(dest)]
-    subprocess.run(command + [f"{name}=={version}" for name, (version, _) in pins.items()], check=True)
+    done = subprocess.run(command + [f"{name}=={version}" for name, (version, _) in pins.items()])
+    if done.returncode != 0:  # pip said why above: no index reached, or a pin with no cp312 manylinux wheel
+        raise SystemExit(
+            f"pip could not download the wheels (exit {done.returncode}, its reason above): build them on a machine"
+            f" that reaches PyPI, or fix the pin it names in {WHEELS_LIST.name}"
+        )
 
 
 def _record_line(name: str, data: bytes) -> str:
@@ -186,6 +191,8 @@ def commit() -> str:
 
 
 def build(out: Path) -> int:
+    if out.exists() and not out.is_dir():
+        raise SystemExit(f"--out {out} is a file: name a folder for the wheels (default {OUT.relative_to(ROOT)})")
     pins = read_pins(WHEELS_LIST, reasons=True)
     wrong = missing_pins(ROOT / "requirements.txt", IMAGE, WHEELS_LIST)
     if wrong:
@@ -202,9 +209,9 @@ def build(out: Path) -> int:
         kit_metadata_wheel(Path(scratch))
         wheels = sorted(Path(scratch).glob("*.whl"))
         total = check_set(wheels, tree_bytes())
-        if out.exists():
-            shutil.rmtree(out)  # a wheel left from an older list would be a second version there
-        out.mkdir(parents=True)
+        out.mkdir(parents=True, exist_ok=True)
+        for stale in out.glob("*.whl"):  # a wheel left from an older list would be a second version there
+            stale.unlink()
         for wheel in wheels:
             shutil.move(wheel, out / wheel.name)
     (out / "COMMIT").write_text(commit() + "\n")
@@ -228,11 +235,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT, help=f"the wheelhouse (default {OUT.relative_to(ROOT)})")
     parser.add_argument("--check", action="store_true", help="check the list against requirements.txt; no download")
     args = parser.parse_args(argv)
-    if args.check:
-        wrong = missing_pins(ROOT / "requirements.txt", IMAGE, WHEELS_LIST)
-        print("; ".join(wrong) or f"{WHEELS_LIST.name} carries every pin the image lacks")
-        return 1 if wrong else 0
-    return build(args.out)
+    try:
+        if args.check:
+            wrong = missing_pins(ROOT / "requirements.txt", IMAGE, WHEELS_LIST)
+            print("; ".join(wrong) or f"{WHEELS_LIST.name} carries every pin the image lacks")
+            return 1 if wrong else 0
+        return build(args.out)
+    except ValueError as e:  # a line of the list or the image file that cannot be read: its number and the fix
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

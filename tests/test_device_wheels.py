@@ -163,3 +163,18 @@ def test_the_image_file_names_its_source_and_holds_the_old_transformers_it_has()
     image = bdw.read_pins(bdw.IMAGE)
     # what the simulation must reproduce: the machine's torch, and the transformers the wheels replace
     assert image["torch"][0] == "2.11.0" and image["transformers"][0] == "5.17.0"
+
+
+def test_a_pin_pip_cannot_download_is_an_error_that_names_the_list(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(bdw.subprocess, "run", lambda command, **kw: calls.append(command) or _Done(1))
+    with pytest.raises(SystemExit, match="pip could not download the wheels .exit 1.*device-wheels.txt"):
+        bdw.download({"alpha": ("1.0", "why")}, tmp_path)
+    (command,) = calls
+    assert command[-1] == "alpha==1.0" and "--no-deps" in command and "manylinux_2_39_x86_64" in command
+    assert command[command.index("--python-version") + 1] == "3.12"
+
+
+class _Done:
+    def __init__(self, returncode: int):
+        self.returncode = returncode
