@@ -318,28 +318,27 @@ def test_notebooks_past_the_section_budget_are_skipped(proof, monkeypatch):
     assert "## notebooks (failed, 0.0 s)" in md and "| 00_a | skipped | budget of 0 s spent |" in md
 
 
-def test_each_notebook_gets_what_is_left_of_the_budget_at_most_its_own_bound(proof, monkeypatch):
-    bounds = []
+@pytest.fixture
+def bounds(monkeypatch) -> list[float]:
+    """The time bound each notebook is started with; every notebook passes at once."""
+    seen = []
 
     def fake_row(stem, out, timeout_s):
-        bounds.append(timeout_s)
+        seen.append(timeout_s)
         return {"notebook": stem, "status": "ok", "seconds": 0.0, "error": ""}
 
     monkeypatch.setattr(proof_notebooks, "_notebook_row", fake_row)
+    return seen
+
+
+def test_each_notebook_gets_what_is_left_of_the_budget_at_most_its_own_bound(proof, monkeypatch, bounds):
     monkeypatch.setattr(runner, "select", lambda names: [Path("00_a.ipynb")])
     proof_notebooks.run_notebooks(dataclasses.replace(proof, notebooks_budget_s=45))  # less than one bound
     proof_notebooks.run_notebooks(dataclasses.replace(proof, notebooks_budget_s=3600))  # more than one bound
     assert 40 < bounds[0] <= 45 and bounds[1] == proof_notebooks.NOTEBOOK_TIMEOUT_S
 
 
-def test_the_runs_time_limit_leaves_the_notebooks_what_the_model_sections_left(proof, monkeypatch):
-    bounds = []
-
-    def fake_row(stem, out, timeout_s):
-        bounds.append(timeout_s)
-        return {"notebook": stem, "status": "ok", "seconds": 0.0, "error": ""}
-
-    monkeypatch.setattr(proof_notebooks, "_notebook_row", fake_row)
+def test_the_runs_time_limit_leaves_the_notebooks_what_the_model_sections_left(proof, monkeypatch, bounds):
     monkeypatch.setattr(runner, "select", lambda names: [Path("00_a.ipynb"), Path("01_b.ipynb")])
     soon = dataclasses.replace(proof, notebooks_budget_s=3600, deadline=time.monotonic() + 50)
     proof_notebooks.run_notebooks(soon)  # 50 s left of the run, not the hour of the budget
