@@ -2,7 +2,7 @@
 #   make run        set up .venv, then execute every notebook headless (ARGS="--only 00 --smoke" to narrow)
 #   make test       set up .venv, then the lint gate (ruff), then the whole test suite
 #   make test-fast  the same without executing any notebook: the inner loop while editing helpers/
-#   make e2e        a real browser: JupyterLab + Debian's headless Chromium run notebooks 00 and 03
+#   make e2e        a real browser: JupyterLab + Debian's headless Chromium run notebooks 00, 01 and 03
 #   make lint       ruff check and ruff format --check; `make format` rewrites the files
 #   make test-runtimes  the unit tests and every notebook on Colab's Python 3.13 and Kaggle's 3.12, each
 #                   with that runtime's torch and libraries (noxfile.py; venvs cached outside the clone)

@@ -1,10 +1,11 @@
-"""What a student sees in a browser: notebooks 00 and 03 run in JupyterLab under headless Chromium.
+"""What a student sees in a browser: notebooks 00, 01 and 03 run in JupyterLab under headless Chromium.
 
 `make e2e` runs this after `make test` (and `.ci/run` calls it). Each test opens a notebook as a
 student would, runs every cell from the menu's "Run All", and asserts on what the page renders:
 the environment banner, a quick check answered wrong and then right, the live memory readout
 refreshing in one output area while the Trainer trains (not a stream of lines, and no Trainer
-`{'loss': ...}` dicts around it), and the plots as images. Screenshots go to build/e2e/.
+`{'loss': ...}` dicts around it), the plots as images, and notebook 01's memory planner redrawing its
+bill and verdict when two of its sliders are moved. Screenshots go to build/e2e/.
 
 The notebooks are driven through JupyterLab's own commands (`window.jupyterapp`, exposed by a
 server flag): the same commands the menus and the Shift+Enter key run.
@@ -218,3 +219,49 @@ def test_notebook_03_live_readout_refreshes_in_one_output_area(driver, lab, scre
     assert final.group(1) == final.group(2), f"the readout stopped before the last step: {readouts[0]!r}"
     (screenshots / "03_readout_history.json").write_text(json.dumps(steps))
     assert sum(c["images"] for c in cells) >= 1, "03 renders no plot image"
+
+
+PLANNER = """
+const box = [...document.querySelectorAll('.widget-vbox')]
+  .find(b => b.querySelector('.widget-output') && b.innerText.includes('per-device batch'));
+if (!box) return null;
+const out = box.querySelector('.widget-output');
+const img = out.querySelector('img');
+return {
+  text: out.innerText,
+  image: img && img.naturalWidth > 0 ? img.src : null,
+  readouts: [...box.querySelectorAll('.widget-readout')].map(r => r.innerText.trim()),
+};
+"""
+
+
+def test_notebook_01_planner_redraws_the_bill_when_a_slider_moves(driver, lab, screenshots):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    notebook = Notebook(driver, lab, _notebook_name(lab, "01"), screenshots)
+    notebook.run_all()
+    notebook._wait(lambda: (driver.execute_script(PLANNER) or {}).get("image"), 60, "the planner's first plot")
+    before = driver.execute_script(PLANNER)
+    assert before["text"].strip().startswith("fits"), f"the planner's starting job should fit a T4: {before['text']}"
+    notebook.screenshot("planner_before")
+
+    for label in ("per-device batch", "seq_len"):  # both to their largest: 64 x 8192 tokens
+        handle = driver.find_element(
+            By.XPATH,
+            f"//div[contains(@class, 'widget-slider')][.//label[normalize-space()='{label}']]"
+            "//div[contains(@class, 'noUi-handle')]",
+        )
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", handle)
+        handle.click()
+        handle.send_keys(Keys.END)
+
+    def redrawn():
+        now = driver.execute_script(PLANNER)
+        return now["image"] and now["image"] != before["image"] and now["text"] != before["text"] and now
+
+    notebook._wait(redrawn, 60, "the planner to redraw after the sliders moved")
+    after = driver.execute_script(PLANNER)
+    notebook.screenshot("planner_after")
+    assert after["readouts"][:2] == ["64", "8192"], after["readouts"]
+    assert after["text"].strip().startswith("does not fit"), after["text"]

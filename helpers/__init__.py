@@ -4,14 +4,14 @@ One concept a module; each module's docstring names the notebook that teaches it
 
 notebook                    module (what it holds)
 00 where to get GPUs        env (platform, cards, precision), models (load, embedded fallback), data
-01 memory anatomy           memory (readouts), estimate (what fits), plan, catalog (models, cards)
+01 memory anatomy           memory (readouts), estimate (what fits), plan, planner (with controls), catalog
 02 mixed precision          training (precision, TrainingArguments), saved_tensors, audit
 03 gradient checkpointing   oom (pretend card, free_memory, fit_batch), live (live readout), audit
 04 gradient accumulation    training (effective batch), oom (fit_batch)
 05 QLoRA                    qlora (4-bit + LoRA in one call, footprint), plan
 06 experiment tracking      tracking (wandb without prompts), seeds, manifest
 07 Kaggle T4 x2             memory (read_gpu_memory: NVML, CUDA untouched)
-08 capstone                 resume (after a disconnect), manifest, live, qlora
+08 capstone                 resume (after a disconnect), manifest, live, qlora, planner
 every notebook              results (`record`), quickcheck/ (quick checks, grading)
 the install cell            install (what pip changed in the runtime; what it broke, mended or named)
 
@@ -22,8 +22,12 @@ whose names start with "_" are private to the package.
 Importing `helpers` is cheap: torch and transformers load only when a function needs them.
 """
 
-from helpers._util import GIB, MIB
+from helpers._util import GIB, MIB, quiet_bitsandbytes
 from helpers.results import record
 
 __all__ = ["GIB", "MIB", "record"]
 __version__ = "0.1.0"
+
+# before bitsandbytes is imported: on a CPU with AVX512-BF16 its CPU backend warns, once per process,
+# that an optional faster kernel package is missing, and a student would take that red line for an error
+quiet_bitsandbytes()

@@ -1,7 +1,7 @@
 """The kit's command line.
 
 python -m helpers run [--only NAME ...] [--smoke] [--simulate T4|T4x2|A100] [--out DIR] [--cell-timeout S]  # make run
-python -m helpers notebooks [--check]                          # rebuild .ipynb from notebooks/src, and the badges
+python -m helpers notebooks [--check] [--times SUMMARY_JSON]  # rebuild .ipynb from notebooks/src, and the badges
 python -m helpers badges [--check]                             # rewrite colab_badges.md
 python -m helpers publish --repo OWNER/NAME --ref REF [--check]  # retarget badges, install cells, README at a fork
 python -m helpers plan --model Mistral-7B --gpu T4 --seq-len 512 [--qlora]  # what fits, and how
@@ -88,6 +88,13 @@ def _parser() -> argparse.ArgumentParser:
 
     nbs = sub.add_parser("notebooks", help="rebuild notebooks/*.ipynb from notebooks/src/*.py")
     nbs.add_argument("--check", action="store_true", help="only report drift; exit 1 if any")
+    nbs.add_argument(
+        "--times",
+        type=Path,
+        default=None,
+        metavar="SUMMARY_JSON",
+        help="first stamp each notebook's CPU time from a `python -m helpers run` summary (not --smoke)",
+    )
 
     bdg = sub.add_parser("badges", help="write colab_badges.md: a Colab and a Kaggle badge per notebook")
     bdg.add_argument("--check", action="store_true", help="only say whether it is current; exit 1 if not")
@@ -152,7 +159,7 @@ def _export_arguments(exp: argparse.ArgumentParser) -> None:
 
 
 def _plan_arguments(pln: argparse.ArgumentParser) -> None:
-    from helpers.estimate import OPTIMIZER_BYTES, PRECISIONS
+    from helpers.estimate import LOOPS, OPTIMIZER_BYTES, PRECISIONS
 
     pln.add_argument(
         "--model",
@@ -189,6 +196,13 @@ def _plan_arguments(pln: argparse.ArgumentParser) -> None:
         "--fused-loss",
         action="store_true",
         help="a fused / chunked cross-entropy (Liger, unsloth): no full-sequence logits in fp32",
+    )
+    pln.add_argument(
+        "--loop",
+        default="trainer",
+        choices=LOOPS,
+        help="trainer (default: transformers' Trainer); custom: your own `outputs = model(**batch)` loop, "
+        "which keeps the logits and the key/value cache through backward; litgpt",
     )
 
 
@@ -316,14 +330,28 @@ def _notebooks(args) -> int:
             found = notebooks.problems() + badges.problems()
             print("\n".join(found) or "notebooks and colab_badges.md are in sync with notebooks/src")
             return 1 if found else 0
-        changed = notebooks.sync()
+        stamped = []
+        if getattr(args, "times", None) is not None:
+            from helpers.maintainer.times import stamp_times
+
+            stamped = stamp_times(args.times)
+        changed = stamped + notebooks.sync()
         if badges.write():
             changed.append(badges.BADGES_PATH)
         print("\n".join(f"wrote {p}" for p in changed) or "notebooks already in sync")
         return 0
-    except badges.BadgeError as e:
+    except (badges.BadgeError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+
+
+# what each attention kernel is called on screen (helpers/estimate/_attention.py decides which runs)
+KERNEL_NAMES = {
+    "eager": "eager (scores materialized)",
+    "math": "SDPA's math kernel (scores materialized)",
+    "flash": "flash",
+    "efficient": "memory-efficient",
+}
 
 
 def _plan(args) -> int:
@@ -340,6 +368,7 @@ def _plan(args) -> int:
         lora_r=args.lora_r,
         lora_targets=args.lora_targets,
         fused_loss=args.fused_loss,
+        loop=args.loop,
         method="qlora" if args.qlora else "lora" if args.lora else "full",
     )
     if args.precision:
@@ -354,11 +383,13 @@ def _plan(args) -> int:
     print(
         f"{args.model} ({asked.parameters / 1e9:.2f}B parameters, {asked.trainable / 1e6:,.1f}M trainable), "
         f"{s['method']}, {s['precision']}, batch {s['batch_size']} x {s['seq_len']} tokens, "
-        f"checkpointing {'on' if s['checkpointing'] else 'off'}, optimizer {s['optimizer']}"
+        f"checkpointing {'on' if s['checkpointing'] else 'off'}, optimizer {s['optimizer']}, loop {s['loop']}, "
+        f"attention: {KERNEL_NAMES[asked.attention]}"
     )
     print(asked.table())
     shown = {"fits": "yes", "borderline": "borderline (within the estimator's known error)", "does not fit": "no"}
-    print(f"fits {describe_card(gpu)}: {shown[steps[0].verdict]}\n")
+    print(f"fits {describe_card(gpu)}: {shown[steps[0].verdict]}")
+    print(f"  {asked.verdict_line(gpu)}\n")
     print(format_plan(steps, gpu))
     return 0
 

@@ -22,8 +22,12 @@ on CPU, oneDNN's own buffers, such as the copy of a weight repacked for a bf16 m
 from __future__ import annotations
 
 import gc
+import os
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
+
+from helpers._caching_allocator import reserved_peak
 
 __all__ = ["Allocations", "track_allocations"]
 
@@ -35,6 +39,7 @@ class Allocations:
     peak: int = 0  # the most allocated at one moment
     end: int = 0  # allocated at exit (what the block left behind)
     events: int = 0  # allocations and frees seen
+    reserved: int = 0  # the peak torch.cuda's caching allocator would reserve for the same requests
 
 
 @contextmanager
@@ -55,25 +60,55 @@ def track_allocations():
         ...     model(**batch).loss.backward()
         >>> allocated.peak  # doctest: +SKIP
     """
-    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     allocations = Allocations()
     gc.collect()  # garbage made before the block (tensors in reference cycles) would be freed unseen inside it
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _quiet_stderr():
+        prof.start()
+    try:
         yield allocations
-    # each event's nbytes is + for an allocation, - for a free; a stable sort keeps the order of
-    # events stamped with the same nanosecond
-    events = sorted(
-        (
-            (e.start_ns(), e.nbytes())
-            for e in prof.profiler.kineto_results.events()
-            if e.name() == "[memory]" and e.device_type() == DeviceType.CPU
-        ),
-        key=lambda event: event[0],
-    )
+    finally:
+        with _quiet_stderr():
+            prof.stop()
+    # each event is an allocation (+bytes) or a free (-bytes) of one address; a stable sort keeps
+    # the order of events stamped with the same nanosecond
+    events = sorted(_memory_events(prof.profiler.kineto_results.experimental_event_tree()), key=lambda e: e[0])
     level = 0
-    for _, nbytes in events:
+    for _, _, nbytes in events:
         level += nbytes
         allocations.peak = max(allocations.peak, level)
     allocations.end, allocations.events = level, len(events)
+    allocations.reserved = reserved_peak((ptr, nbytes) for _, ptr, nbytes in events)
+
+
+def _memory_events(nodes) -> list[tuple[int, int, int]]:
+    """(time in ns, address, signed bytes) of every CPU allocation and free in the profiler's event tree."""
+    found, stack = [], list(reversed(nodes))  # depth first, in the tree's order
+    while stack:
+        node = stack.pop()
+        fields = node.extra_fields
+        if type(fields).__name__ == "_ExtraFields_Allocation" and str(fields.device) == "cpu":
+            found.append((node.start_time_ns, fields.ptr, fields.alloc_size))
+        stack.extend(reversed(node.children))
+    return found
+
+
+@contextmanager
+def _quiet_stderr():
+    """Send the process's stderr (file descriptor 2) to /dev/null for the block.
+
+    torch's profiler (kineto, in C++) prints "USDT: ... profiler_start" and "profiler_stop" lines
+    there each time it starts and stops, whatever KINETO_LOG_LEVEL says: noise in a notebook's output.
+    Only the profiler's start and stop run inside this block, never the code being measured.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from contextlib import ExitStack
 
-from helpers.env import _nvml_devices
+from helpers._nvml import nvml_devices
 
 __all__ = ["NVML_INTERVAL_S", "RSS_INTERVAL_S", "probe_for", "read_peak_rss", "reset_peak_rss"]
 
@@ -101,7 +101,7 @@ class _NvmlProbe:
 
     def start(self):
         self._stack = ExitStack()
-        devices = self._stack.enter_context(_nvml_devices())
+        devices = self._stack.enter_context(nvml_devices())
         if devices is None:
             self._stack.close()
             raise ValueError(

@@ -97,7 +97,8 @@ def environ(values: Mapping[str, str]) -> Iterator[None]:
 
 
 def quiet_bitsandbytes() -> None:
-    """Silence bitsandbytes' CPU backend, which logs a warning for every 4-bit matmul on a CPU."""
+    """Silence bitsandbytes' CPU backend, which logs a warning for every 4-bit matmul on a CPU, and, on a
+    CPU with AVX512-BF16, one when it is imported without the optional `kernels` package."""
     logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 
 

@@ -15,9 +15,9 @@ import os
 import socket
 import sys
 import threading
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from helpers._nvml import nvml_devices
 from helpers._util import GIB, quiet_bitsandbytes
 from helpers.simulate import banner, simulated_card, simulated_devices
 
@@ -30,8 +30,10 @@ __all__ = [
     "Precision",
     "call_within",
     "can_connect",
+    "CPU_BF16_FLAGS",
     "check_4bit",
     "choose_precision",
+    "cpu_bf16_units",
     "describe",
     "detect_gpus",
     "detect_platform",
@@ -189,56 +191,32 @@ def _gpus_from_torch() -> tuple[Gpu, ...]:
 
 
 def _gpus_from_nvml() -> tuple[Gpu, ...]:
-    with _nvml_devices() as devices:
+    with nvml_devices() as devices:
         return tuple(Gpu(d.index, d.name, int(d.memory().total), d.capability()) for d in devices or ())
 
 
-@dataclass(frozen=True)
-class _NvmlDevice:
-    """One card as NVML lists it, with the handle to ask the driver more."""
-
-    index: int
-    name: str
-    handle: object
-    nvml: object  # the pynvml module, initialised while the `_nvml_devices` block runs
-
-    def memory(self):
-        """The driver's memory info for this card: `.used` and `.total`, in bytes."""
-        return self.nvml.nvmlDeviceGetMemoryInfo(self.handle)
-
-    def capability(self) -> tuple[int, int]:
-        major, minor = self.nvml.nvmlDeviceGetCudaComputeCapability(self.handle)
-        return int(major), int(minor)
+# CPU instructions that multiply bf16 matrices in hardware, as Linux's /proc/cpuinfo names them: a
+# CPU with them (Intel Sapphire Rapids' AMX, AMD Zen 4's AVX512-BF16) can run bf16 matmuls faster
+# than fp32, as tensor cores do on a GPU; without them bf16 is converted and computed in fp32
+CPU_BF16_FLAGS = {"amx_bf16": "AMX-BF16", "avx512_bf16": "AVX512-BF16"}
 
 
-@contextmanager
-def _nvml_devices():
-    """Open NVML for the block and list its cards; None where there is no NVML (no package or no driver).
+def cpu_bf16_units(cpuinfo: str | None = None) -> tuple[str, ...]:
+    """The bf16 matrix instructions this CPU has, e.g. ("AMX-BF16", "AVX512-BF16"); () where it has
+    none, or where /proc/cpuinfo cannot be read (macOS, Windows). Taught in notebook 02.
 
-    The one way the kit reads cards through the driver, leaving CUDA uninitialized: for
-    `detect_gpus(use_nvml=True)` here, and `helpers.memory.read_gpu_memory` and
-    `measure(device="nvml")` there.
-    """
-    try:
-        import pynvml  # shipped by nvidia-ml-py
-    except ImportError:
-        yield None
-        return
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:  # no driver: a CPU machine
-        yield None
-        return
-    try:
-        devices = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            name = pynvml.nvmlDeviceGetName(handle)
-            name = name.decode() if isinstance(name, bytes) else name  # older bindings return bytes
-            devices.append(_NvmlDevice(i, name, handle, pynvml))
-        yield devices
-    finally:
-        pynvml.nvmlShutdown()
+    cpuinfo: the text of /proc/cpuinfo (read from the machine when None)."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                cpuinfo = f.read()
+        except OSError:
+            return ()
+    flags = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.partition(":")[2].split())
+    return tuple(name for flag, name in CPU_BF16_FLAGS.items() if flag in flags)
 
 
 def choose_precision(gpus: tuple[Gpu, ...] | list[Gpu]) -> Precision:

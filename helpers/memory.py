@@ -25,8 +25,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from helpers import _probes
+from helpers._allocator import track_allocations  # re-exported: notebook 01 compares two loops with it
+from helpers._nvml import nvml_devices
 from helpers._util import GIB, MIB
-from helpers.env import _nvml_devices
 from helpers.saved_tensors import SavedTensors, track_saved_tensors
 
 # the parts of the training bill that add up to `Readout.total` (the estimator's names)
@@ -41,6 +42,7 @@ __all__ = [
     "measure",
     "plot",
     "read_gpu_memory",
+    "track_allocations",
 ]
 
 
@@ -407,7 +409,7 @@ def read_gpu_memory() -> list[GpuMemory]:
         ...     print(card)
         gpu 0 Tesla T4: 0.42 of 15.00 GiB used (3%)
     """
-    with _nvml_devices() as devices:
+    with nvml_devices() as devices:
         if devices is None:
             return []
         cards = []

@@ -33,10 +33,14 @@ __all__ = [
     "HUB_DOWNLOAD_TIMEOUT_S",
     "HUB_METADATA_TIMEOUT_S",
     "HUB_TIMEOUT_S",
+    "card_dtype",
+    "choose_source",
     "embedded_dir",
+    "hub_endpoint",
     "hub_reachable",
     "is_embedded",
     "load_model",
+    "load_pretrained",
 ]
 
 EMBEDDED_DIR = Path(__file__).parent / "assets" / "tiny-llama"
@@ -79,10 +83,11 @@ def hub_reachable(timeout: float = HUB_TIMEOUT_S) -> bool:
     """
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         return False
-    return http_answers(_endpoint(), timeout)
+    return http_answers(hub_endpoint(), timeout)
 
 
-def _endpoint() -> str:
+def hub_endpoint() -> str:
+    """The Hub's address: $HF_ENDPOINT (a mirror) when set, else huggingface.co."""
     return os.environ.get("HF_ENDPOINT", "").rstrip("/") or "https://huggingface.co"
 
 
@@ -133,16 +138,16 @@ def load_model(
     import torch
 
     has_gpu = torch.cuda.is_available()
-    source, offline = _choose(model_id, smoke=smoke, needs_gpu=needs_gpu, has_gpu=has_gpu)
+    source, offline = choose_source(model_id, smoke=smoke, needs_gpu=needs_gpu, has_gpu=has_gpu)
     if dtype is None:
         dtype = torch.float32  # never a card's half precision unasked: see the docstring
-    model, tokenizer = _from_pretrained(source, dtype=dtype, revision=revision, local_only=offline)
+    model, tokenizer = load_pretrained(source, dtype=dtype, revision=revision, local_only=offline)
     if has_gpu:
         model = model.to("cuda")
     return model, tokenizer
 
 
-def _card_dtype():
+def card_dtype():
     """The card's compute precision as a dtype: bf16 at compute capability >= 8.0, fp16 below (a T4), fp32 on CPU.
 
     For what a card computes in (a 4-bit model's compute dtype), never for trainable weights:
@@ -153,7 +158,7 @@ def _card_dtype():
     return torch_dtype(choose_precision(detect_gpus()).name)
 
 
-def _choose(model_id: str, *, smoke: bool, needs_gpu: bool, has_gpu: bool):
+def choose_source(model_id: str, *, smoke: bool, needs_gpu: bool, has_gpu: bool):
     """What to load, printing the banner when it is the embedded model instead: (folder or hub id, load offline)."""
     source, reason, offline = _resolve(model_id, smoke=smoke, needs_gpu=needs_gpu, has_gpu=has_gpu)
     if reason:
@@ -207,7 +212,7 @@ def _fetch(model_id: str, revision: str | None) -> str:
     from huggingface_hub import HfApi, get_token, hf_hub_download
     from huggingface_hub.errors import HfHubHTTPError
 
-    endpoint, token = _endpoint(), get_token()  # the token here: a Colab secret may ask the user
+    endpoint, token = hub_endpoint(), get_token()  # the token here: a Colab secret may ask the user
 
     def download_all(files):
         for name in files:
@@ -255,7 +260,7 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {lines[0][:200]}" if lines else type(e).__name__
 
 
-def _from_pretrained(source, *, dtype, revision, local_only: bool, **model_kwargs):
+def load_pretrained(source, *, dtype, revision, local_only: bool, **model_kwargs):
     """Load tokenizer and model; `model_kwargs` go to the model only (quantization_config, device_map).
 
     A Hub model (`local_only=False`) is fetched into the cache first (`_fetch`, bounded in time),

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from helpers._settings import effective_batch, settings
 from helpers._util import MIB, ipython_shell
-from helpers.saved_tensors import _count_saved_tensors
+from helpers.saved_tensors import track_saved_tensors
 
 __all__ = ["BatchFitError", "Fitted", "activation_budget", "fit_batch", "free_memory", "is_oom_error"]
 
@@ -312,5 +312,5 @@ def activation_budget(max_bytes: int, *models):
                 f"the budget is {max_bytes / MIB:.2f} MiB (helpers.oom.activation_budget)"
             )
 
-    with _count_saved_tensors(models, admit):
+    with track_saved_tensors(*models, admit=admit):
         yield

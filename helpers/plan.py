@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from helpers._job import batch_argument
 from helpers._util import GIB
 from helpers.catalog import card_capability, describe_card, gpu_bytes
 from helpers.estimate import (
@@ -22,6 +21,7 @@ from helpers.estimate import (
     estimate_training_memory,
     shape_of,
 )
+from helpers.estimate._job import batch_argument
 
 __all__ = ["PlanStep", "checkpoint_bytes", "format_plan", "plan"]
 
@@ -67,6 +67,8 @@ def plan(
     card, capability = gpu_bytes(gpu), card_capability(gpu)
     half = "bf16" if capability is None or capability >= (8, 0) else "fp16"
     current = dict(settings, per_device_batch=batch_argument(per_device_batch, batch_size, "plan")[1], seq_len=seq_len)
+    if capability is not None:  # a catalog card: its compute capability decides the attention kernel
+        current.setdefault("gpu", gpu)
     current.setdefault("precision", half)  # the card's half precision unless asked otherwise
     steps: list[PlanStep] = []
 

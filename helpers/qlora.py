@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from helpers._util import MIB, quiet_bitsandbytes
-from helpers.models import EMBEDDED_ID, _card_dtype, _choose, _from_pretrained
+from helpers.models import EMBEDDED_ID, card_dtype, choose_source, load_pretrained
 
-__all__ = ["Footprint", "disable_cpu_repacking", "load_qlora", "measure_footprint", "save_quantized"]
+__all__ = ["Footprint", "add_adapter", "disable_cpu_repacking", "load_qlora", "measure_footprint", "save_quantized"]
 
 
 def load_qlora(
@@ -98,12 +98,12 @@ def load_qlora(
     _import_qlora_libraries()
     has_gpu = torch.cuda.is_available()
     # 1. the model, chosen as load_model chooses it
-    source, offline = _choose(model_id, smoke=smoke, needs_gpu=needs_gpu, has_gpu=has_gpu)
+    source, offline = choose_source(model_id, smoke=smoke, needs_gpu=needs_gpu, has_gpu=has_gpu)
     # 2. every linear but the head in 4-bit NF4
     model, tokenizer = _load_4bit(source, has_gpu=has_gpu, revision=revision, offline=offline)
     disable_cpu_repacking(model)
     # 3. and 4. the frozen base prepared for training, the adapter on top
-    model = _add_adapter(
+    model = add_adapter(
         model, r=r, alpha=alpha, dropout=dropout, target_modules=target_modules, checkpointing=checkpointing
     )
     # 5. what it all holds
@@ -130,7 +130,7 @@ def _load_4bit(source, *, has_gpu: bool, revision: str | None, offline: bool):
     """Load `source` with every linear but the head in 4-bit (quantized now, or as saved), in the card's dtype."""
     from transformers import BitsAndBytesConfig
 
-    compute_dtype = _card_dtype()
+    compute_dtype = card_dtype()
     saved = _saved_4bit(source, revision=revision, offline=offline)  # raises for 8-bit, GPTQ, AWQ ...
     quantization = {}  # a pre-quantized checkpoint: its own config wins, and transformers warns at any other
     if not saved:
@@ -142,7 +142,7 @@ def _load_4bit(source, *, has_gpu: bool, revision: str | None, offline: bool):
         )
     # one whole copy per process: each data-parallel process (notebook 07) on its own card
     device_map = {"": int(os.environ.get("LOCAL_RANK", 0))} if has_gpu else None
-    model, tokenizer = _from_pretrained(
+    model, tokenizer = load_pretrained(
         source, dtype=compute_dtype, revision=revision, local_only=offline, device_map=device_map, **quantization
     )
     if saved and not getattr(model, "is_loaded_in_4bit", False):
@@ -193,7 +193,7 @@ def _hub_config(model_id: str, revision: str | None, offline: bool) -> str | Non
     from helpers import models  # at call time: the bounds and call_within as the caller set them
 
     if not offline:  # the first file `_fetch` downloads anyway, bounded as its file list is
-        fetch = dict(revision=revision, endpoint=models._endpoint(), token=get_token())
+        fetch = dict(revision=revision, endpoint=models.hub_endpoint(), token=get_token())
         # no answer, no such model: the cache's copy, or none; the load's own fetch then falls back or says why
         with contextlib.suppress(Exception):
             return models.call_within(models.HUB_METADATA_TIMEOUT_S, hf_hub_download, model_id, "config.json", **fetch)
@@ -225,7 +225,7 @@ def _compute_in(model, dtype) -> None:
         print(f"compute dtype set to {name}, the card's precision, in the {len(layers)} 4-bit layers (saved: {saved})")
 
 
-def _add_adapter(model, *, r: int, alpha: int, dropout: float, target_modules, checkpointing: bool):
+def add_adapter(model, *, r: int, alpha: int, dropout: float, target_modules, checkpointing: bool):
     """Freeze the 4-bit base for training (peft's k-bit preparation) and put a LoRA adapter on it."""
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
 
@@ -274,7 +274,7 @@ def save_quantized(model_id: str, out, *, smoke: bool = False, revision: str | N
         )
     _import_qlora_libraries()
     has_gpu = torch.cuda.is_available()
-    source, offline = _choose(model_id, smoke=smoke, needs_gpu=True, has_gpu=has_gpu)
+    source, offline = choose_source(model_id, smoke=smoke, needs_gpu=True, has_gpu=has_gpu)
     model, tokenizer = _load_4bit(source, has_gpu=has_gpu, revision=revision, offline=offline)
     model.save_pretrained(out)  # safetensors: the packed 4-bit weights and their quantization states
     tokenizer.save_pretrained(out)

@@ -89,17 +89,7 @@ class _SavedTensorCounter:
 
 
 @contextmanager
-def _count_saved_tensors(models, admit=None):
-    """Run the block under a `_SavedTensorCounter`'s hooks; yield its `SavedTensors`."""
-    import torch
-
-    counter = _SavedTensorCounter(models, admit)
-    with torch.autograd.graph.saved_tensors_hooks(counter.pack, counter.unpack):
-        yield counter.saved
-
-
-@contextmanager
-def track_saved_tensors(*models):
+def track_saved_tensors(*models, admit=None):
     """Count the bytes autograd saves for backward inside the block: the activations.
 
     Every tensor an op saves for its backward pass goes through a saved-tensor hook; this counts
@@ -112,6 +102,9 @@ def track_saved_tensors(*models):
 
     Args:
         models: the modules whose parameters are not to be counted.
+        admit: called as `admit(bytes_held_now, new_storage_bytes)` before the graph takes a storage
+            it does not hold yet; it may raise, and then nothing is counted
+            (`helpers.oom.activation_budget` raises a simulated out-of-memory error).
 
     Returns:
         a `SavedTensors`, filled as the block runs.
@@ -121,5 +114,8 @@ def track_saved_tensors(*models):
         ...     loss = model(**batch).loss
         >>> saved.bytes  # doctest: +SKIP
     """
-    with _count_saved_tensors(models) as saved:
-        yield saved
+    import torch
+
+    counter = _SavedTensorCounter(models, admit)
+    with torch.autograd.graph.saved_tensors_hooks(counter.pack, counter.unpack):
+        yield counter.saved

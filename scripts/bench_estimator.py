@@ -22,10 +22,12 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]  # helpers, scripts
+
+import published_loops  # noqa: E402  (scripts/published_loops.py: the rows of hand-written loops)
 
 from helpers._util import MIB  # noqa: E402
-from helpers.estimate import estimate_training_memory, shape_of  # noqa: E402
+from helpers.estimate import Harness, estimate_training_memory, shape_of  # noqa: E402
 
 GB = 10**9
 
@@ -323,7 +325,7 @@ CASES = [
 # micro-batch's fp32 logits and graph, with the inputs bitsandbytes kept on each 4-bit layer's ctx,
 # live through the next forward. Batches come in random order, padded to their longest sample, and
 # the peak is over the whole run, so two full-length micro-batches in a row set it
-# (holds_last_output). The 2023 tables above run their longest batch first, before any other
+# (loop="litgpt"). The 2023 tables above run their longest batch first, before any other
 # graph exists (finetune/lora.py at 8641822: get_batch(..., longest_seq_ix if iter_num == 0)), and
 # the random Alpaca batches after it are far shorter: no such moment there.
 HUB = dict(
@@ -331,7 +333,7 @@ HUB = dict(
     precision="bf16-true",
     lora_dropout=0.05,
     optimizer="adamw_foreach",
-    holds_last_output=True,
+    loop="litgpt",
     **LITGPT_LOSS,
 )
 HUB_QLORA = dict(HUB, **LIGHTNING_BNB, method="qlora", double_quant=False)
@@ -494,6 +496,85 @@ OOM_CASES = [
 ]
 
 
+def _loop_case(row, quantity: str) -> Case:
+    """One published hand-written-loop row (scripts/published_loops.py) as a Case in `quantity`."""
+    name, model, method, attention, batch, seq_len, r, _, allocated, reserved = row
+    settings = dict(
+        per_device_batch=batch,
+        seq_len=seq_len,
+        # fp16 weights with no autocast; a 4-bit model's k-bit preparation casts the embeddings and
+        # norms to fp32, and bitsandbytes returns each output in its input's dtype: fp32 activations
+        precision="fp32" if method == "qlora" else "fp16",
+        method=method,
+        lora_r=r,
+        lora_targets=["q", "k", "v", "o"],
+        checkpointing=True,
+        optimizer="adamw_foreach",
+        double_quant=False,
+        loop="custom",
+        attn_impl="eager" if attention == "eager" else "sdpa",
+    )
+    if attention == "sdpa*":  # the memory-efficient kernel pinned, the grouped heads repeated for it
+        settings["sdpa_kernel"] = "efficient"
+    measured = allocated if quantity == "allocated" else reserved
+    label = f"{name} {model.split('/')[1]} {method} {attention} {batch}x{seq_len}"
+    return Case(label, "fitcheck-T4", measured, "MiB", quantity, published_loops.MODELS[model], settings, "float16")
+
+
+def _vramcalc_case(row) -> Case:
+    """One row of vramcalc's validation table (scripts/published_loops.py) as a Case."""
+    name, model, method, mode, attention, checkpointing, measured = row
+    settings = dict(
+        per_device_batch=1,
+        seq_len=2048,
+        method=method,
+        # "pure": bf16 weights, no autocast (full fine-tuning keeps its AdamW states in bf16 too; peft's
+        # adapters stay fp32); "amp": fp32 weights under bf16 autocast
+        precision="bf16-true" if mode == "pure" and method == "full" else "bf16",
+        weights="fp32" if mode == "amp" else "bf16",
+        lora_r=16,
+        lora_targets=["q", "k", "v", "o"],
+        checkpointing=checkpointing,
+        optimizer="adamw_foreach",
+        loop="custom",  # `out` held through backward (deleted before the step, where the peak is not)
+        attn_impl=attention,
+        set_to_none=False,
+    )
+    if mode == "pure" and method == "full":
+        del settings["weights"]
+    shape = replace(shape_of(model), use_cache=False)  # the loop passes use_cache=False
+    label = f"{name} {model} {method} {mode} {attention}{' ckpt' if checkpointing else ''}"
+    return Case(label, "vramcalc-A6000", measured, "GB", "allocated", shape, settings, "float16")
+
+
+LOOP_CASES = [_loop_case(row, quantity) for quantity in ("allocated", "reserved") for row in published_loops.ROWS]
+LOOP_CASES += [_vramcalc_case(row) for row in published_loops.VRAMCALC_ROWS]
+SOURCES["fitcheck-T4"] = published_loops.SOURCE
+SOURCES["vramcalc-A6000"] = published_loops.VRAMCALC_SOURCE
+
+
+def loop_summary(cases: list[Case], source: str = "fitcheck-T4") -> dict[str, dict[str, float]]:
+    """Per quantity (and QLoRA's allocated apart): the median absolute error, the worst under-estimate,
+    and how many cases the estimate is more than 10 % and 20 % below."""
+    summary, cases = {}, [c for c in cases if c.source == source]
+    for label, chosen in (
+        ("allocated", [c for c in cases if c.quantity == "allocated"]),
+        ("allocated, QLoRA", [c for c in cases if c.quantity == "allocated" and c.settings["method"] == "qlora"]),
+        ("reserved", [c for c in cases if c.quantity == "reserved"]),
+    ):
+        errors = [error(ours(c), c.measured) for c in chosen]
+        if not errors:
+            continue
+        summary[label] = dict(
+            cases=len(errors),
+            median=statistics.median(map(abs, errors)),
+            worst_low=min(errors),
+            over_10_low=sum(e < -0.10 for e in errors),
+            over_20_low=sum(e < -0.20 for e in errors),
+        )
+    return summary
+
+
 def accelerate_rule(model, dtype: str) -> int:
     """What `accelerate estimate-memory` reports as "Training using Adam", in bytes.
 
@@ -513,11 +594,18 @@ def accelerate_rule(model, dtype: str) -> int:
     return int(4 * base * per_param)
 
 
+def arguments(settings: dict) -> dict:
+    """A case's settings as `estimate_training_memory` takes them: the harness facts in one `Harness`."""
+    facts = {k: v for k, v in settings.items() if k in Harness.__dataclass_fields__}
+    rest = {k: v for k, v in settings.items() if k not in facts}
+    return dict(rest, harness=Harness(**facts)) if facts else rest
+
+
 def evaluate(cases=None) -> list[Case]:
     """Estimate every case; each Case gets its Estimate."""
     cases = CASES if cases is None else cases
     for case in cases:
-        case.estimate = estimate_training_memory(case.model, **case.settings)
+        case.estimate = estimate_training_memory(case.model, **arguments(case.settings))
     return cases
 
 
@@ -671,7 +759,7 @@ def _qlora(model, compute, folder: Path, *, r: int, dropout: float, targets, che
     k-bit preparation and LoRA (helpers.qlora). Returns the peft model, in training mode, and its base."""
     from transformers import BitsAndBytesConfig
 
-    from helpers.qlora import _add_adapter, disable_cpu_repacking
+    from helpers.qlora import add_adapter, disable_cpu_repacking
 
     model.save_pretrained(folder)
     nf4 = BitsAndBytesConfig(
@@ -680,7 +768,7 @@ def _qlora(model, compute, folder: Path, *, r: int, dropout: float, targets, che
     impl = model.config._attn_implementation
     base = type(model).from_pretrained(folder, quantization_config=nf4, dtype=compute, attn_implementation=impl)
     disable_cpu_repacking(base)
-    trained = _add_adapter(base, r=r, alpha=2 * r, dropout=dropout, target_modules=targets, checkpointing=checkpointing)
+    trained = add_adapter(base, r=r, alpha=2 * r, dropout=dropout, target_modules=targets, checkpointing=checkpointing)
     return trained.train(), base
 
 
@@ -792,6 +880,7 @@ ALLOCATOR_SHAPES = {  # name -> (the config's sizes, (per_device_batch, seq_len)
 # (method, estimator precision): fp32 throughout, or a 4-bit base computing in bf16 under autocast
 ALLOCATOR_RUNS = (("full", "fp32"), ("lora", "fp32"), ("qlora", "fp32"), ("qlora", "bf16"))
 ALLOCATOR_LORA_R = 16  # all-linear adapters, no dropout (peft's default)
+ALLOCATOR_LOOPS = ("trainer", "custom")  # what the loop keeps of the output (estimate_training_memory's `loop`)
 
 
 def _allocator_model(sizes: dict, method: str, precision: str, checkpointing: bool, tmp: Path):
@@ -823,34 +912,47 @@ def _allocator_model(sizes: dict, method: str, precision: str, checkpointing: bo
     return get_peft_model(model, adapter).train(), model
 
 
-def measure_step(trained, batch: int, seq_len: int, autocast: bool) -> int:
+def measure_step(trained, batch: int, seq_len: int, autocast: bool, loop: str = "trainer", reserved: bool = False):
     """Peak bytes of one training step (forward, backward, fused AdamW's step, gradients set to None)
     above the resident weights: the allocator's peak above the step's start, plus the optimizer
-    states already there. A first step creates the states and any lazy buffer; the second is measured."""
+    states already there. A first step creates the states and any lazy buffer; the next two are measured.
+
+    loop: "trainer" lets the output go before the optimizer's step, as the Trainer does; "custom"
+    is the Hugging Face course's loop, `outputs = model(**batch); outputs.loss.backward()`: the name
+    holds the output through backward and the step, and the previous one through the next forward."""
     import torch
 
     from helpers._allocator import track_allocations
 
     optimizer = torch.optim.AdamW([p for p in trained.parameters() if p.requires_grad], lr=1e-4, fused=True)
     ids = torch.randint(3, trained.config.vocab_size, (batch, seq_len), generator=torch.Generator().manual_seed(0))
+    held = []  # the loop's `outputs` variable, bound again when the next forward returns
 
     def step():
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            loss = trained(input_ids=ids, labels=ids).loss
+            outputs = trained(input_ids=ids, labels=ids)
+        held[:] = [outputs] if loop == "custom" else []
+        loss = outputs.loss
+        del outputs  # the Trainer's compute_loss returns the loss alone: the output goes before backward
         loss.backward()
-        del loss  # the graph and the logits go before the step, as in the Trainer
+        del loss
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
     step()
+    held.clear()  # what the first step left is freed before the block: the block sees all it holds
     states = sum(t.nbytes for state in optimizer.state.values() for t in state.values() if torch.is_tensor(t))
     with track_allocations() as allocated:
+        step()  # a custom loop's first step binds its output; the second runs its forward beside it
         step()
+    held.clear()
+    if reserved:  # and what torch.cuda's caching allocator would reserve above the step's start, plus the states
+        return allocated.peak + states, allocated.reserved + states
     return allocated.peak + states
 
 
-def allocator_grid(shapes=None, runs=ALLOCATOR_RUNS) -> list:
-    """Rows ((shape, method, precision, checkpointing), measured, predicted): step bytes above the weights."""
+def allocator_grid(shapes=None, runs=ALLOCATOR_RUNS, loops=ALLOCATOR_LOOPS) -> list:
+    """Rows ((shape, method, precision, checkpointing, loop), measured, predicted): step bytes above the weights."""
     import itertools
     import tempfile
     import warnings
@@ -864,9 +966,9 @@ def allocator_grid(shapes=None, runs=ALLOCATOR_RUNS) -> list:
         warnings.simplefilter("ignore")  # transformers' and peft's deprecation notices, not ours
         for name in shapes or ALLOCATOR_SHAPES:
             sizes, (batch, seq_len) = ALLOCATOR_SHAPES[name]
-            for (method, precision), checkpointing in itertools.product(runs, (False, True)):
+            for (method, precision), checkpointing, loop in itertools.product(runs, (False, True), loops):
                 trained, model = _allocator_model(sizes, method, precision, checkpointing, Path(tmp))
-                measured = measure_step(trained, batch, seq_len, autocast=precision != "fp32")
+                measured = measure_step(trained, batch, seq_len, autocast=precision != "fp32", loop=loop)
                 e = estimate_training_memory(
                     model.config,
                     per_device_batch=batch,
@@ -876,9 +978,10 @@ def allocator_grid(shapes=None, runs=ALLOCATOR_RUNS) -> list:
                     lora_r=ALLOCATOR_LORA_R,
                     checkpointing=checkpointing,
                     optimizer="adamw",  # fused: its step builds nothing
+                    loop=loop,
                     device="cpu",
                 )
-                rows.append(((name, method, precision, checkpointing), measured, e.allocated - e.weights))
+                rows.append(((name, method, precision, checkpointing, loop), measured, e.allocated - e.weights))
     return rows
 
 
@@ -886,12 +989,13 @@ def print_allocator(rows) -> None:
     """The step peak above the weights: torch's CPU allocator against the estimator."""
     print("\nstep peak above the weights (forward, backward, fused AdamW step), CPU allocator vs estimator")
     print(
-        f"{'shape':13} {'method':6} {'precision':13} {'ckpt':5} {'measured MiB':>12} {'estimate MiB':>12} {'error':>7}"
+        f"{'shape':13} {'method':6} {'precision':13} {'ckpt':5} {'loop':8} {'measured MiB':>12} {'estimate MiB':>12} "
+        f"{'error':>7}"
     )
-    for (name, method, precision, checkpointing), measured, predicted in rows:
+    for (name, method, precision, checkpointing, loop), measured, predicted in rows:
         label = "bf16 autocast" if precision == "bf16" else precision
         print(
-            f"{name:13} {method:6} {label:13} {'on' if checkpointing else 'off':5} {measured / MIB:12.3f} "
+            f"{name:13} {method:6} {label:13} {'on' if checkpointing else 'off':5} {loop:8} {measured / MIB:12.3f} "
             f"{predicted / MIB:12.3f} {100 * error(predicted, measured):+6.1f}%"
         )
 
@@ -916,6 +1020,21 @@ def main(argv=None) -> int:
     for c in cases:
         if c.note:
             print(f"* {c.name}: {c.note}")
+    print("\npublished hand-written loops (fitcheck: Tesla T4, allocated and reserved; vramcalc: RTX A6000):")
+    loops = evaluate(LOOP_CASES)
+    print(table(loops, markdown=args.markdown))
+    summaries = {
+        (source, label): row
+        for source in ("fitcheck-T4", "vramcalc-A6000")
+        for label, row in loop_summary(loops, source).items()
+    }
+    for (source, label), row in summaries.items():
+        print(f"  {source:15}", end="")
+        print(
+            f"  {label:17} {row['cases']:2} cases: median {100 * row['median']:.1f}%, "
+            f"worst {100 * row['worst_low']:+.1f}%, {row['over_10_low']} more than 10 % low, "
+            f"{row['over_20_low']} more than 20 % low"
+        )
     for c in evaluate(OOM_CASES):
         verdict = "predicts the OOM" if ours(c) > c.measured else "MISSES the OOM"
         print(f"{c.name}: ours {_fmt(ours(c), c.unit)} allocated > {_fmt(c.measured, c.unit)} card: {verdict}")

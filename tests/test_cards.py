@@ -122,7 +122,7 @@ def test_load_model_keeps_fp32_weights_on_a_t4(card, monkeypatch, tmp_path):
         return FakeModel(), None
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a fake: a T4 is attached
-    monkeypatch.setattr(models, "_from_pretrained", fake_from_pretrained)
+    monkeypatch.setattr(models, "load_pretrained", fake_from_pretrained)
     models.load_model(str(folder))
     assert loaded == {"dtype": torch.float32, "device": "cuda"}
 

@@ -70,3 +70,30 @@ def test_plan_still_takes_a_card_name_or_sane_gib():
     assert done.returncode == 0, done.stderr
     done = helpers_cli("plan", "--model", "SmolLM2-135M", "--gpu", "nope", "--seq-len", "256")
     assert done.returncode == 2 and "Traceback" not in done.stderr
+
+
+def test_plan_for_a_hand_written_loop_counts_what_it_keeps():
+    args = ("plan", "--model", "Qwen2.5-0.5B", "--gpu", "T4", "--batch-size", "4", "--seq-len", "1024", "--lora")
+    trainer, custom = helpers_cli(*args), helpers_cli(*args, "--loop", "custom")
+    assert trainer.returncode == custom.returncode == 0, custom.stderr
+    assert "loop trainer" in trainer.stdout and "held by the loop" not in trainer.stdout
+    assert "loop custom" in custom.stdout
+    held = next(line for line in custom.stdout.splitlines() if line.startswith("model output (held by the loop)"))
+    assert float(held.split()[-2]) > 1.0  # GiB: 4 x 1024 logits over 151,936 tokens in fp16, and the cache
+    wrong = helpers_cli(*args, "--loop", "mine")
+    assert (
+        wrong.returncode == 2 and "invalid choice: 'mine' (choose from 'trainer', 'custom', 'litgpt')" in wrong.stderr
+    )
+
+
+def test_plan_names_the_attention_kernel_and_rests_its_verdict_on_reserved_memory():
+    """Qwen2.5 has grouped key/value heads: on a T4 (no flash attention) SDPA runs its math kernel."""
+    args = ("plan", "--model", "Qwen2.5-1.5B", "--seq-len", "2048", "--qlora", "--checkpointing")
+    t4, a100 = helpers_cli(*args, "--gpu", "T4"), helpers_cli(*args, "--gpu", "A100-40GB")
+    assert t4.returncode == a100.returncode == 0, t4.stderr
+    assert "attention: SDPA's math kernel (scores materialized)" in t4.stdout and "attention: flash" in a100.stdout
+    verdict = next(line.strip() for line in t4.stdout.splitlines() if "which is what runs out" in line)
+    assert verdict.startswith("fits: the training step needs") and "leaves 10% free" in verdict
+    rows = {line[:32].strip(): float(line.split()[-2]) for line in t4.stdout.splitlines() if line.endswith(" GiB")}
+    assert rows["peak reserved"] == pytest.approx(rows["peak allocated"] + rows["allocator slack"], abs=0.011)
+    assert rows["total"] == pytest.approx(rows["peak reserved"] + rows["CUDA context"], abs=0.011)

@@ -26,7 +26,7 @@ from transformers import (
 
 from helpers import estimate as est
 from helpers.catalog import load_catalog
-from helpers.estimate import estimate_training_memory, shape_of
+from helpers.estimate import Harness, estimate_training_memory, shape_of
 from helpers.saved_tensors import track_saved_tensors
 
 # transformers' own checkpointing code (and peft) still call the old name; not ours to fix
@@ -315,7 +315,7 @@ def test_gradients_live_through_the_forward_with_accumulation_or_zeroed_grads():
     freed = estimate_training_memory("SmolLM2-135M", **args)
     for kept in (
         estimate_training_memory("SmolLM2-135M", grad_accum_steps=4, **args),
-        estimate_training_memory("SmolLM2-135M", set_to_none=False, **args),
+        estimate_training_memory("SmolLM2-135M", harness=Harness(set_to_none=False), **args),
     ):
         assert kept.grads_in_forward and not freed.grads_in_forward
         forward = freed.activations + max(freed.logits + freed.autocast_cache, freed.backward_transient)
@@ -360,12 +360,14 @@ def test_nf4_without_double_quantization_and_kept_inputs():
     assert abs((single.weights - dq.weights) - linear * (4.5 - 4.127) / 8) < 1  # fp32 scale per 64 weights
     # bitsandbytes releases of 2023 kept each 4-bit layer's input, adapter or not
     qv = dict(args, lora_targets=["q", "v"])
-    kept = estimate_training_memory("Llama-2-7B", quant_keeps_input=True, **qv)
+    kept = estimate_training_memory("Llama-2-7B", harness=Harness(quant_keeps_input=True), **qv)
     assert kept.activations > estimate_training_memory("Llama-2-7B", **qv).activations
 
 
 def test_cuda_context_override_and_reserved():
-    e = estimate_training_memory("SmolLM2-135M", batch_size=1, seq_len=128, cuda_context_bytes=1343 * 2**20)
+    e = estimate_training_memory(
+        "SmolLM2-135M", batch_size=1, seq_len=128, harness=Harness(cuda_context_bytes=1343 * 2**20)
+    )
     assert e.cuda_context == 1343 * 2**20
     assert e.reserved == e.allocated + e.allocator_slack and e.total == e.reserved + e.cuda_context
     assert (
@@ -447,3 +449,32 @@ def test_estimator_never_imports_torch():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_hand_written_loop_holds_the_logits_and_the_cache_through_the_whole_step():
+    """loop="custom": `outputs = model(**batch)` keeps the logits (in the compute dtype) and, without
+    checkpointing, every layer's key and value (the cache, in the rotated key's dtype) at every moment
+    of the step; the Trainer keeps neither (tests/test_estimate_allocator.py measures both loops)."""
+    args = dict(per_device_batch=4, seq_len=1024, method="lora", precision="bf16")
+    trainer = estimate_training_memory("Qwen2.5-0.5B", **args)
+    custom = estimate_training_memory("Qwen2.5-0.5B", loop="custom", **args)
+    s = shape_of("Qwen2.5-0.5B")
+    tokens = 4 * 1024
+    # LoRA on a bf16 base computes in bf16 without autocast: logits and cache in bf16
+    logits, cache = 2 * tokens * s.vocab, 2 * s.layers * tokens * s.kv_heads * s.head_dim * 2
+    assert custom.output_held == logits + cache and trainer.output_held == 0
+    assert custom.allocated - trainer.allocated == logits + cache
+    assert custom.settings["loop"] == "custom" and trainer.settings["loop"] == "trainer"
+    assert "model output (held by the loop)" in custom.table() and "held by the loop" not in trainer.table()
+    # checkpointing turns the cache off; an encoder returns none and its logits are a classifier's few
+    ckpt = estimate_training_memory("Qwen2.5-0.5B", loop="custom", checkpointing=True, **args)
+    assert ckpt.output_held == logits
+    # QLoRA computes under autocast: the rotated key reads the fp32 residual's cos/sin, so the cache is fp32
+    qlora = estimate_training_memory("Qwen2.5-0.5B", loop="custom", **dict(args, method="qlora"))
+    assert qlora.output_held == logits + 2 * cache
+    bert = estimate_training_memory("bert-large", per_device_batch=8, seq_len=512, loop="custom")
+    assert bert.output_held == 2 * 8 * 2
+    with pytest.raises(ValueError, match=r"loop='mine' is not one of 'trainer', 'custom', 'litgpt'"):
+        estimate_training_memory("Qwen2.5-0.5B", loop="mine", **args)
+    with pytest.raises(TypeError, match=r"pass a helpers.estimate.Harness, e.g. Harness\(set_to_none=False\)"):
+        estimate_training_memory("Qwen2.5-0.5B", harness={"set_to_none": False}, **args)

@@ -12,13 +12,14 @@ import os
 import statistics
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 from bench_script import bench_estimator
 
-from helpers.estimate import SAFETY_MARGIN, estimate_training_memory, shape_of
+from helpers.estimate import SAFETY_MARGIN, Harness, estimate_training_memory, shape_of
 from helpers.plan import format_plan, plan
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
@@ -83,7 +84,8 @@ def test_a_config_json_its_folder_a_dict_and_a_config_read_as_the_catalog_model(
     args = dict(per_device_batch=1, seq_len=256, method="qlora")
     path_estimate = estimate_training_memory(str(folder / "config.json"), **args)
     assert path_estimate.as_dict() == estimate_training_memory("Qwen3-0.6B", **args).as_dict()
-    assert plan(str(folder), "T4", **args)[0].estimate.total == path_estimate.total
+    on_t4 = estimate_training_memory(str(folder / "config.json"), gpu="T4", **args)  # plan names the card
+    assert plan(str(folder), "T4", **args)[0].estimate.total == on_t4.total
 
 
 def test_the_multimodal_gemma3_config_is_read_as_its_language_model():
@@ -230,17 +232,17 @@ def test_a_chunked_loss_keeps_the_fp32_logits_and_one_chunk_of_gradients():
     """litgpt's loop: fp32 logits held whole through the backward, the loss's gradients per 128 positions."""
     args = dict(per_device_batch=2, seq_len=512, method="lora", precision="bf16-true")
     whole = estimate_training_memory("Llama-3.1-8B", **args)
-    chunked = estimate_training_memory("Llama-3.1-8B", loss_chunk=128, **args)
+    chunked = estimate_training_memory("Llama-3.1-8B", harness=Harness(loss_chunk=128), **args)
     n, vocab = 2 * 512, 128256
     assert whole.logits == n * vocab * 2 * 4  # the loss's two fp32 gradients over the whole sequence
     assert chunked.logits == n * vocab * 4 + 2 * 128 * vocab * (4 + 4 + 2)  # held logits; one chunk's gradients
     assert chunked.activations == whole.activations, "the log-probabilities are kept either way"
     # under autocast a frozen head is cast to 16 bits at each of the 4 chunks' calls, and each copy kept
     mixed = dict(args, precision="bf16", weights="fp32")
-    casts = [estimate_training_memory("Llama-3.1-8B", loss_chunk=chunk, **mixed) for chunk in (0, 128)]
+    casts = [estimate_training_memory("Llama-3.1-8B", harness=Harness(loss_chunk=chunk), **mixed) for chunk in (0, 128)]
     assert [e.activation_parts["weight casts (head)"] for e in casts] == [2 * vocab * 4096, 4 * 2 * vocab * 4096]
     with pytest.raises(ValueError, match=r"loss_chunk=128: .*not with fused_loss=True"):
-        estimate_training_memory("Llama-3.1-8B", loss_chunk=128, fused_loss=True, **args)
+        estimate_training_memory("Llama-3.1-8B", harness=Harness(loss_chunk=128), fused_loss=True, **args)
 
 
 # --- borderline: within the estimator's known error of the card ---------------------------------
@@ -279,20 +281,32 @@ def test_plan_does_not_stop_at_a_borderline_step():
 def test_a_quantized_head_is_stored_in_4_bits_and_dequantized_whole_when_it_runs():
     args = dict(per_device_batch=2, seq_len=512, method="qlora", precision="bf16-true", double_quant=False)
     kept = estimate_training_memory("Llama-2-7B", **args)
-    quantized = estimate_training_memory("Llama-2-7B", quantize_head=True, **args)
+    quantized = estimate_training_memory("Llama-2-7B", harness=Harness(quantize_head=True), **args)
     head = 32000 * 4096  # vocab x hidden
     assert kept.weights - quantized.weights == pytest.approx(head * (2 - 4.5 / 8), abs=2)
     # forward and backward each dequantize the whole head (bf16) and its fp32 scales, beside the logits
     assert quantized.logits - kept.logits == pytest.approx(head * (2 + 4 / 64), abs=2)
-    assert quantized.settings["quantize_head"] is True and "quantize_head" not in kept.settings
+    assert quantized.settings["harness"].quantize_head is True and "harness" not in kept.settings
 
 
 @pytest.mark.parametrize(
     "model, settings, message",
     [
-        ("Llama-3.2-1B", dict(method="qlora", quantize_head=True), r"head tied to the embeddings.*drop quantize_head"),
-        ("Llama-2-7B", dict(method="lora", quantize_head=True), r"quantize_head=True describes quantized weights"),
-        ("Llama-2-7B", dict(method="qlora", quant_dtype="fp8"), r"quant_dtype='fp8' is not one of 'fp32', 'bf16'"),
+        (
+            "Llama-3.2-1B",
+            dict(method="qlora", harness=Harness(quantize_head=True)),
+            r"head tied to the embeddings.*drop quantize_head",
+        ),
+        (
+            "Llama-2-7B",
+            dict(method="lora", harness=Harness(quantize_head=True)),
+            r"quantize_head=True describes quantized weights",
+        ),
+        (
+            "Llama-2-7B",
+            dict(method="qlora", harness=Harness(quant_dtype="fp8")),
+            r"quant_dtype='fp8' is not one of 'fp32', 'bf16'",
+        ),
     ],
 )
 def test_quantized_head_and_quant_dtype_refuse_what_cannot_be(model, settings, message):
@@ -326,7 +340,8 @@ def test_a_weight_quantized_from_another_dtype_is_dequantized_twice_as_bitsandby
     # the estimator's term: the same per-weight bytes on the largest linear of a layer
     args = dict(per_device_batch=1, seq_len=64, method="qlora", precision="fp32", device="cpu")
     own = estimate_training_memory("Llama-3.2-1B", **args)
-    other = estimate_training_memory("Llama-3.2-1B", quant_dtype={torch.float16: "fp16"}.get(source, "fp32"), **args)
+    quant_dtype = {torch.float16: "fp16"}.get(source, "fp32")
+    other = estimate_training_memory("Llama-3.2-1B", harness=Harness(quant_dtype=quant_dtype), **args)
     largest = 2048 * 8192  # Llama-3.2-1B's gate / up / down projections
     assert other.backward_transient - own.backward_transient == (per_weight - 4) * largest
 
@@ -335,10 +350,12 @@ def test_a_loop_holding_its_last_output_keeps_the_previous_logits_and_4bit_input
     """litgpt's loop: the previous micro-batch's fp32 logits and the inputs bitsandbytes <= 0.43.1 kept
     on each 4-bit layer's ctx live through the next forward (tests/test_estimate_allocator.py shows the
     ctx fact on the CPU allocator)."""
-    litgpt = dict(quantize_head=True, quant_dtype="fp16", loss_chunk=128, quant_keeps_input=True)
-    args = dict(per_device_batch=2, seq_len=512, method="qlora", precision="bf16-true", double_quant=False, **litgpt)
+    litgpt = Harness(quantize_head=True, quant_dtype="fp16", loss_chunk=128, quant_keeps_input=True)
+    args = dict(
+        per_device_batch=2, seq_len=512, method="qlora", precision="bf16-true", double_quant=False, harness=litgpt
+    )
     plain = estimate_training_memory("Llama-2-7B", lora_targets=["q", "v"], **args)
-    held = estimate_training_memory("Llama-2-7B", lora_targets=["q", "v"], holds_last_output=True, **args)
+    held = estimate_training_memory("Llama-2-7B", lora_targets=["q", "v"], loop="litgpt", **args)
     n, vocab, hidden, inter, layers = 1024, 32000, 4096, 11008, 32  # tokens; Llama-2-7B's published shape
     logits = 4 * n * vocab  # fp32, as the loss read them
     # bf16 inputs of q/k/v, o, the MLP and down in each layer, and of the 4-bit head; not the first
@@ -352,9 +369,11 @@ def test_a_loop_holding_its_last_output_keeps_the_previous_logits_and_4bit_input
     before_loss += held.previous_output
     assert held.forward_end == int(before_loss)
     assert held.allocated == held.weights + held.optimizer + held.forward_end > plain.allocated
-    assert held.settings["holds_last_output"] is True and "holds_last_output" not in plain.settings
+    assert held.settings["loop"] == "litgpt" and plain.settings["loop"] == "trainer"
     # bitsandbytes 0.43.2 on keeps nothing on the ctx: only the logits are held
-    current = estimate_training_memory("Llama-2-7B", holds_last_output=True, **dict(args, quant_keeps_input=False))
+    current = estimate_training_memory(
+        "Llama-2-7B", loop="litgpt", **dict(args, harness=replace(litgpt, quant_keeps_input=False))
+    )
     assert current.previous_output == logits
     # nor does non-reentrant checkpointing drop a ctx attribute: the kept inputs stay in the activations
     ckpt = estimate_training_memory("Llama-2-7B", lora_targets=["q", "v"], checkpointing=True, **args)

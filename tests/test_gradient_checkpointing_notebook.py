@@ -21,6 +21,11 @@ def test_03_checkpointing_trades_activations_for_time(figures):
     assert len(r["step_ms_off"]) == len(r["step_ms_on"]) == len(r["seq_lens"])
     assert all(t > 0 for t in r["step_ms_off"] + r["step_ms_on"])
     assert r["time_ratio"] > 0 and r["time_ratio_expected"] > 1
+    # the cost as work done, the same on every machine: a backward is two forwards' worth of matrix
+    # products, and checkpointing recomputes every layer but not the head: less than one more forward
+    forwards = r["step_forwards"]
+    assert forwards["off"] == 3.0 and 3.0 < forwards["on"] < 4.0
+    assert r["checkpointing_work_ratio"] == round(forwards["on"] / forwards["off"], 4)
 
 
 def test_03_the_t4_error_is_the_activations_and_checkpointing_fixes_it(figures):

@@ -206,3 +206,52 @@ def test_modules_and_functions_stay_short(module):
 def test_every_public_module_says_which_notebook_or_command_uses_it(module):
     doc = ast.get_docstring(tree(module)) or ""
     assert "notebook" in doc.lower() or "python -m helpers" in doc, f"{module}'s docstring should say who uses it"
+
+
+def private_imports(module):
+    """(line, what) for each name that `module` takes from another module although it starts with `_`.
+
+    A private name belongs to its module; a private module (helpers/_util.py, gpu_proof/_cuda.py)
+    belongs to its package, so a module may import a private submodule of its own package. An
+    attribute read through an imported module (`models._endpoint()`) counts as an import."""
+    package = module.rsplit(".", 1)[0] if path_of(module).name != "__init__.py" else module
+    found, modules = [], {}
+    for node in ast.walk(tree(module)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("helpers"):
+            for alias in node.names:
+                name, dotted = alias.name, f"{node.module}.{alias.name}"
+                if dotted in ALL_MODULES:
+                    modules[alias.asname or name] = dotted
+                private = name.startswith("_") and not name.startswith("__")  # dunders (__version__) are public
+                if private and not (dotted in ALL_MODULES and node.module == package):
+                    found.append((node.lineno, f"from {node.module} import {name}"))
+        elif isinstance(node, ast.Import):
+            modules.update({a.asname: a.name for a in node.names if a.asname and a.name in ALL_MODULES})
+    for node in ast.walk(tree(module)):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in modules
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and f"{modules[node.value.id]}.{node.attr}" not in ALL_MODULES
+        ):
+            found.append((node.lineno, f"{node.value.id}.{node.attr} (a private name of {modules[node.value.id]})"))
+    return found
+
+
+def test_the_private_import_scan_sees_names_and_attributes(tmp_path, monkeypatch):
+    assert private_imports("helpers.memory") == []  # `from helpers import _probes`: its own package's module
+    assert private_imports("helpers.maintainer.gpu_proof.headline") == []  # gpu_proof's own _cuda, _models
+    source = "from helpers.models import _banner\nfrom helpers import models\nmodels._resolve('x')\n"
+    monkeypatch.setattr(ast, "parse", lambda text, *a, **k: compile(source, "x", "exec", ast.PyCF_ONLY_AST))
+    assert [line for line, _ in private_imports("helpers.plan")] == [1, 3]
+
+
+@pytest.mark.parametrize("module", ALL_MODULES)
+def test_no_module_imports_another_modules_private_names(module):
+    found = private_imports(module)
+    assert not found, (
+        f"{module} reaches into another module's private names: {found}; make the name public in its "
+        "module (and __all__), or move it to a private module of the package both can import"
+    )

@@ -42,3 +42,10 @@ def test_01_plan_only_4_bit_weights_get_under_the_card(figures):
     assert totals[1] >= totals[0], "mixed precision does not shrink a 7B job's total"
     assert totals[steps.index("LoRA")] > r["plan_card_gib"] > totals[-1]
     assert totals[steps.index("8-bit optimizer")] < totals[steps.index("gradient checkpointing")]
+
+
+def test_01_a_hand_written_loop_holds_more_and_the_estimator_says_at_least_as_much(figures):
+    held = figures["01_memory_anatomy"]["loop_held_mib"]
+    assert held["measured"] > 0, "keeping `outputs` through backward holds the logits"
+    # the same grid's tolerance as tests/test_estimate_allocator.py: never more than 3 % below
+    assert held["predicted"] >= 0.97 * held["measured"], held

@@ -43,3 +43,29 @@ def test_02_figures(figures):
     assert set(r["step_seconds"]) == {"fp32", "bf16"} and all(s > 0 for s in r["step_seconds"].values())
     assert r["audit_codes"] == ["bf16_emulated", "fp16_ignored_on_cpu"]
     assert math.isfinite(r["train_loss"])
+
+
+def test_02_names_this_machines_matrix_units_and_times_both_precisions_without_claiming_a_winner(figures):
+    """The speed claim holds on any CPU: the notebook says what this one has (read the same way here)
+    and shows what it measured; no direction is asserted, a timing on a shared machine is not a fact."""
+    from helpers.env import cpu_bf16_units
+
+    r = figures["02_mixed_precision"]
+    assert r["cpu_bf16_units"] == list(cpu_bf16_units())
+    assert r["matrix_units_printed"] == (", ".join(cpu_bf16_units()) or "no bf16 matrix instructions")
+    assert set(r["matmul_ms"]) == set(r["step_seconds"]) and all(ms > 0 for ms in r["matmul_ms"].values())
+
+
+@pytest.mark.parametrize(
+    "flags, units",
+    [
+        ("fpu sse avx2 avx512f", ()),
+        ("fpu avx512f avx512_bf16", ("AVX512-BF16",)),
+        ("fpu avx512_bf16 amx_tile amx_bf16 amx_int8", ("AMX-BF16", "AVX512-BF16")),
+    ],
+)
+def test_cpu_bf16_units_reads_the_cpus_flags(flags, units):
+    from helpers.env import cpu_bf16_units
+
+    cpuinfo = f"processor\t: 0\nmodel name\t: some CPU\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n"
+    assert cpu_bf16_units(cpuinfo) == units

@@ -157,3 +157,21 @@ def test_each_notebook_shows_a_plot(notebook_run, stem):
     nb = nbformat.read(notebook_run.out / "notebooks" / f"{stem}.ipynb", as_version=4)
     images = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
     assert images, f"{stem} drew no figure"
+
+
+HELPERS_TAKING_A_BATCH = {"estimate_training_memory", "plan", "planner", "planner_text", "planner_figure"}
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_the_notebooks_speak_the_helpers_vocabulary_per_device_batch(stem):
+    """The helpers name the micro-batch on one device `per_device_batch`; `batch_size` is their older spelling."""
+    old = [
+        node.lineno
+        for c in notebook_cells(stem)
+        if c.cell_type == "code" and not c.source.lstrip().startswith("%")
+        for node in ast.walk(ast.parse(c.source))
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", getattr(node.func, "attr", None)) in HELPERS_TAKING_A_BATCH
+        and any(k.arg == "batch_size" for k in node.keywords)
+    ]
+    assert not old, f"{stem} passes batch_size= to a helper (lines {old} of their cells): write per_device_batch="

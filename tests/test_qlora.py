@@ -451,3 +451,17 @@ def test_a_hub_model_is_read_from_its_config_json_within_the_bounded_fetch(quant
     assert fell_back["embedded"] and fell_back["layers_4bit"] == linears, fell_back
     assert "USING THE EMBEDDED TINY MODEL" in fell_back["printed"] and PRE_QUANTIZED not in fell_back["printed"]
     assert QUANTIZED_WHILE_LOADING in fell_back["printed"], fell_back["printed"]
+
+
+def test_importing_bitsandbytes_after_the_kit_prints_no_warning_about_optional_kernels():
+    """On a CPU with AVX512-BF16 bitsandbytes warns at import that the optional `kernels` package is
+    missing; after `import helpers` a notebook shows no such red line (on other CPUs it never warns)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = "import helpers, bitsandbytes, bitsandbytes.backends.cpu.ops; print('imported')"
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=300)
+    assert done.returncode == 0 and "imported" in done.stdout, done.stderr
+    assert "kernels-community" not in done.stderr and "pip install kernels" not in done.stderr, done.stderr

@@ -2,7 +2,7 @@
 # # 01 · Memory anatomy: where every byte of a training step goes
 #
 # **Hardware:** any runtime; a T4 shows the GPU's own peak beside the exact count.
-# **Time:** about 2 minutes on a T4 including the install; under 30 seconds on a CPU.
+# **Time:** about 2 minutes on a T4 including the install (an estimate: not yet timed on one); 18 s on a CPU (measured on a 2-core Intel(R) Xeon(R) Processor, 2026-12-03).
 #
 # "CUDA out of memory" says a job did not fit, not why. This notebook measures each line of one
 # training step's bill (weights, gradients, optimizer states, activations), predicts it from the
@@ -178,7 +178,9 @@ where = "cuda" if device.type == "cuda" else "cpu"  # dropout masks and kernels 
 
 def predicted_vs_measured(readout, **settings):
     """Print each component measured, predicted, and the error; return the estimate and the errors."""
-    e = estimate_training_memory(model.config, batch_size=per_device_batch, seq_len=seq_len, device=where, **settings)
+    e = estimate_training_memory(
+        model.config, per_device_batch=per_device_batch, seq_len=seq_len, device=where, **settings
+    )
     print(f"{readout.label}: {'component':12} {'measured MiB':>13} {'predicted MiB':>14} {'error':>8}")
     errors = {}
     for name in ("weights", "gradients", "optimizer", "activations"):
@@ -235,8 +237,8 @@ _ = ax.set_title("one training step, measured")
 # **What to see:** only the activations move. Mixed precision trims them but does not halve them
 # (norms, residual stream and log-probabilities stay fp32; projections keep 16-bit weight copies);
 # checkpointing cuts deeper. Its price is a second forward pass per layer. The time row above
-# includes the counting hooks, so time the steps without them, median of 3; on a busy CPU, rerun if
-# the ratio looks off.
+# includes the counting hooks, so time the steps without them, median of 3. On a shared machine the
+# milliseconds move from run to run; notebook 03 counts the arithmetic itself, which does not.
 
 # %%
 import statistics
@@ -268,8 +270,70 @@ for name, seconds in timed.items():
     print(f"{name:22} {1000 * seconds:7.1f} ms per forward + backward")
 checkpointing_time_ratio = timed[f"{label} + checkpointing"] / timed[label]
 print(
-    f"checkpointing takes {checkpointing_time_ratio:.2f} x the time for {checkpointed['activations'] / mixed['activations']:.2f} x the activations"
+    f"on this machine, checkpointing took {checkpointing_time_ratio:.2f} x the time (medians of 3) for "
+    f"{checkpointed['activations'] / mixed['activations']:.2f} x the activations"
 )
+
+# %% [markdown]
+# ## Your loop or the Trainer's: what the loop keeps
+#
+# The Trainer computes the loss and lets the model's output go before backward. A loop written by
+# hand usually keeps it: `outputs = model(**batch)` then `outputs.loss.backward()` holds
+# `outputs.logits` (batch x sequence x vocabulary) through backward and the optimizer's step, and
+# the previous step's until the next forward returns. Measure both loops' peak with the allocator
+# (`track_allocations` counts what torch's CPU allocator hands out, as `torch.cuda.max_memory_allocated`
+# does on a card), and ask the estimator with `loop="trainer"` and `loop="custom"`:
+
+# %%
+from helpers.memory import track_allocations
+
+
+def loop_peak(keep_outputs):
+    """Peak bytes allocated over two steps of a loop, above what was there before (weights, states)."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    kept = []
+
+    def step():
+        outputs = model(input_ids=batch, labels=batch)
+        kept[:] = [outputs] if keep_outputs else []  # a hand-written loop's `outputs` variable
+        loss = outputs.loss
+        del outputs  # the Trainer keeps only the loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step()  # the warm-up creates AdamW's states
+    kept.clear()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        start = torch.cuda.memory_allocated()
+        step(), step()
+        return torch.cuda.max_memory_allocated() - start
+    with track_allocations() as allocated:
+        step(), step()
+    return allocated.peak
+
+
+loops = {"trainer": loop_peak(keep_outputs=False), "custom": loop_peak(keep_outputs=True)}
+held_measured = loops["custom"] - loops["trainer"]
+estimates = {
+    loop: estimate_training_memory(
+        model.config, per_device_batch=per_device_batch, seq_len=seq_len, precision="fp32", device=where, loop=loop
+    )
+    for loop in loops
+}
+held_predicted = estimates["custom"].allocated - estimates["trainer"].allocated
+for loop, peak in loops.items():
+    print(f"loop={loop!r:10} measured step peak above the weights and states: {peak / MIB:7.2f} MiB")
+print(
+    f"the hand-written loop holds {held_measured / MIB:.2f} MiB more; the estimator says {held_predicted / MIB:.2f} MiB"
+)
+
+# %% [markdown]
+# Which one is yours? If your code binds the model's output to a name that outlives
+# `loss.backward()`, it is `loop="custom"`: pass that to `estimate_training_memory` and
+# `python -m helpers plan --loop custom`. Or write `loss = model(**batch).loss`, and the logits go
+# as soon as the loss is computed.
 
 # %% [markdown]
 # ## Real models on a real card, before loading them
@@ -279,7 +343,7 @@ print(
 
 # %%
 for name in ("SmolLM2-135M", "Qwen2.5-0.5B", "Qwen2.5-1.5B"):
-    e = estimate_training_memory(name, batch_size=4, seq_len=512, precision="fp16")
+    e = estimate_training_memory(name, per_device_batch=4, seq_len=512, precision="fp16", gpu="T4")
     print(f"{name:13} full fine-tune, fp16, 4 x 512 tokens: {e.total / GIB:6.2f} GiB -> fits a T4: {e.fits('T4')}")
 
 # %% [markdown]
@@ -325,6 +389,25 @@ plt.show()
 # of fp32 weights, gradients and AdamW states: mixed precision and checkpointing, which shrink only
 # activations, barely move it. The 8-bit optimizer cuts the states; only 4-bit weights (QLoRA) get
 # under the line. From a terminal: `python -m helpers plan --model Mistral-7B --gpu T4 --seq-len 512`.
+#
+# ## Your own plan, with controls
+#
+# Pick a model (a catalog name, or a Hub id when the Hub answers), a method, a precision, the
+# per-device batch, the sequence length, checkpointing, your loop and a card: the bill is redrawn
+# and the verdict said again at each change. The bars stack what the card must hold at its peak;
+# the solid line is what PyTorch can use on the card, the dashed one leaves the estimator's known
+# error free. Where the controls do not show, the cell still prints the bill for its starting
+# values: change them in the call.
+
+# %%
+from helpers.planner import planner
+
+planner("Qwen2.5-1.5B", "T4", method="qlora", per_device_batch=4, seq_len=1024, checkpointing=True)
+
+# %% [markdown]
+# Try it: double the sequence length and watch the red block (activations and the logits) grow
+# while the weights stay put; switch the loop to `custom` and see what holding `outputs` costs;
+# move the card to an A100 and see the attention kernel change what the activations cost.
 #
 # ## The allocation timeline, on a GPU
 #
@@ -404,6 +487,9 @@ helpers.record(
 )
 helpers.record("weight_error_pct", round(100 * errors_fp32["weights"], 6))
 helpers.record("loss_logprobs_share_pct", round(100 * loss_share, 1))
+helpers.record(
+    "loop_held_mib", {"measured": round(held_measured / MIB, 3), "predicted": round(held_predicted / MIB, 3)}
+)
 helpers.record("plan_steps", taken)
 helpers.record("plan_skipped", skipped)
 helpers.record("plan_totals_gib", [round(t, 2) for t in totals_gib])

@@ -3,7 +3,7 @@
 #
 # **Hardware:** any runtime. On a T4 it measures fp32, fp16 and bf16; on a CPU, fp32 against bf16 on
 # the small model that ships with the course.
-# **Time:** about 2 minutes on a T4 including the install; under 30 seconds on a CPU.
+# **Time:** about 2 minutes on a T4 including the install (an estimate: not yet timed on one); 42 s on a CPU (measured on a 2-core Intel(R) Xeon(R) Processor, 2026-12-03).
 #
 # Claim: 16 bits halve the memory of what they cover, and run faster on a GPU. Below: how fp16 breaks,
 # memory and time per precision, and a fine-tune with the Trainer recipe written out.
@@ -305,7 +305,7 @@ print(compare(readouts))
 activations = {r.label: r["activations"] for r in readouts}
 predicted = {
     r.label: estimate_training_memory(
-        model.config, batch_size=per_device_batch, seq_len=seq_len, precision=r.label, device=device.type
+        model.config, per_device_batch=per_device_batch, seq_len=seq_len, precision=r.label, device=device.type
     ).activations
     for r in readouts
 }
@@ -374,7 +374,44 @@ for _ in range(timing_steps):
         times[name].append(timed_step(dtype))
 step_seconds = {name: statistics.median(t) for name, t in times.items()}
 for name, s in step_seconds.items():
-    print(f"{name}: {s * 1000:8.1f} ms per step ({step_seconds['fp32'] / s:.2f} x the speed of fp32)")
+    spread = f"{1000 * min(times[name]):.1f} to {1000 * max(times[name]):.1f}"
+    print(
+        f"{name}: {s * 1000:8.1f} ms per step, median of {timing_steps} ({spread} ms); {step_seconds['fp32'] / s:.2f} x fp32's speed"
+    )
+
+# %% [markdown]
+# ### What decides the speed: matrix units
+#
+# 16 bits are faster only where the hardware multiplies 16-bit matrices itself: tensor cores on a GPU
+# (a T4's for fp16, an A100's for fp16 and bf16), and on some CPUs the AMX or AVX512-BF16
+# instructions; elsewhere bf16 is converted and computed in fp32, and autocast's casts cost time.
+# What this machine has, and one 1,024 x 1,024 matrix product in each precision, timed 20 times:
+
+# %%
+from helpers.env import cpu_bf16_units
+
+
+def matmul_ms(dtype, n=1024, repeats=20):
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+    runs = []
+    for _ in range(repeats + 1):  # the first is a warm-up
+        if on_gpu:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        a @ b
+        if on_gpu:
+            torch.cuda.synchronize()
+        runs.append(1000 * (time.perf_counter() - start))
+    return statistics.median(runs[1:]), min(runs[1:]), max(runs[1:])
+
+
+units = torch.cuda.get_device_name() if on_gpu else ", ".join(cpu_bf16_units()) or "no bf16 matrix instructions"
+matmul = {name: matmul_ms(dtype or torch.float32) for name, dtype in precisions.items()}
+print(f"{'this GPU' if on_gpu else 'this CPU'}: {units}; {torch.get_num_threads()} threads")
+for name, (median, low, high) in matmul.items():
+    print(
+        f"{name}: {median:7.2f} ms per matmul (median; {low:.2f} to {high:.2f}), {matmul['fp32'][0] / median:.2f} x fp32's speed"
+    )
 
 # %%
 import matplotlib.pyplot as plt
@@ -392,8 +429,11 @@ plt.show()
 
 # %% [markdown]
 # **What to see:** on the left, 16 bits shrink the activations by less than half, and the estimator
-# matches the measurement. A CPU shows no speed-up (right): 16-bit speed comes from tensor cores,
-# which a CPU lacks, and autocast's casts cost time. Published figures:
+# matches the measurement. On the right, this machine's step times: whether bf16 wins depends on the
+# matrix units the cell above named. A T4 or an A100 runs 16 bits on tensor cores; a CPU with AMX or
+# AVX512-BF16 can run bf16 matmuls several times faster than fp32, and one without them cannot, while a
+# whole step also pays autocast's casts. On a shared machine the milliseconds move from run to run:
+# read the medians and their spread. Published figures:
 #
 # | card | fp32 | 16-bit | source, as of |
 # |---|---|---|---|
@@ -551,6 +591,9 @@ helpers.record("activations_predicted_mib", {k: round(v / MIB, 3) for k, v in pr
 helpers.record("mlp_activation_ratio_bf16", round(mlp_ratio, 4))
 helpers.record("mlp_activation_ratio_autocast", round(autocast_ratio, 4))
 helpers.record("step_seconds", {k: round(v, 5) for k, v in step_seconds.items()})
+helpers.record("matmul_ms", {k: round(v[0], 4) for k, v in matmul.items()})
+helpers.record("cpu_bf16_units", list(cpu_bf16_units()))
+helpers.record("matrix_units_printed", units)
 helpers.record("trained_in", used)
 helpers.record("train_losses", [round(x, 4) for x in train_losses])
 helpers.record("loss_before", round(loss_before, 4))
@@ -564,7 +607,8 @@ helpers.record("audit_codes", [f.code for f in findings])
 #
 # - saw fp16 overflow past 65504 and underflow below 6e-8, and loss scaling fix the second;
 # - measured weights (halved only when stored in 16 bits), activations (less than halved) and step
-#   time, and why a CPU shows no speed-up where a T4's tensor cores would;
+#   time, and saw that 16-bit speed needs matrix units that compute in 16 bits (tensor cores, or a
+#   CPU's AMX or AVX512-BF16), which this machine's figures show it has or lacks;
 # - fine-tuned with `TrainingArguments` written out (held-out loss falling), and got the same
 #   arguments from `training_args`.
 #

@@ -4,7 +4,7 @@
 # **Hardware:** any runtime. On a T4 it sweeps SmolLM2-135M up to 2,048 tokens; on a CPU it uses
 # the small model that ships with the course (up to its 512 positions) and a pretend card for the
 # out-of-memory part.
-# **Time:** about 3 minutes on a T4 including the install; under 30 seconds on a CPU.
+# **Time:** about 3 minutes on a T4 including the install (an estimate: not yet timed on one); 21 s on a CPU (measured on a 2-core Intel(R) Xeon(R) Processor, 2026-12-03).
 #
 # In the forward pass, autograd keeps what each layer needs for the backward pass: the
 # *activations*. They grow with batch size and sequence length. Gradient checkpointing
@@ -201,7 +201,7 @@ for seq_len in seq_lens:
         predicted[on].append(
             estimate_training_memory(
                 model.config,
-                batch_size=per_device_batch,
+                per_device_batch=per_device_batch,
                 seq_len=seq_len,
                 precision=precision,
                 checkpointing=on,
@@ -218,8 +218,33 @@ ratio = measured[True][-1] / measured[False][-1]
 time_ratio = step_ms[True][-1] / step_ms[False][-1]
 expected = 1 + forward_ms / step_ms[False][-1]  # one more forward pass per step, at most
 print(
-    f"\nat {seq_lens[-1]} tokens: checkpointing keeps {ratio:.2f} x the activations and takes {time_ratio:.2f} x "
-    f"the time; one forward pass is {forward_ms:.1f} ms, so at most about {expected:.2f} x was expected"
+    f"\nat {seq_lens[-1]} tokens: checkpointing keeps {ratio:.2f} x the activations and took {time_ratio:.2f} x "
+    f"the time on this machine (medians of {timing_steps}); one forward pass is {forward_ms:.1f} ms, so at most "
+    f"about {expected:.2f} x was expected"
+)
+
+# %% [markdown]
+# Milliseconds on a shared machine move from run to run; the work does not. PyTorch's
+# `FlopCounterMode` counts the floating-point operations of every matrix product that runs inside
+# it, the ones recomputed during backward included:
+
+# %%
+from torch.utils.flop_counter import FlopCounterMode
+
+step_flops = {}
+for on in (False, True):
+    set_checkpointing(on)
+    with FlopCounterMode(display=False) as counter:
+        training_step(batch_of(seq_lens[-1]))
+    step_flops[on] = counter.get_total_flops()
+set_checkpointing(False)
+with FlopCounterMode(display=False) as counter:
+    forward(batch_of(seq_lens[-1]))
+forward_flops = counter.get_total_flops()
+work_ratio = step_flops[True] / step_flops[False]
+print(
+    f"one step at {seq_lens[-1]} tokens: {step_flops[False] / forward_flops:.2f} forward passes' worth of arithmetic "
+    f"without checkpointing, {step_flops[True] / forward_flops:.2f} with it: {work_ratio:.2f} x, on any machine"
 )
 
 # %%
@@ -238,12 +263,13 @@ plt.show()
 # %% [markdown]
 # **What to see:** on the left, checkpointing flattens the slope: each layer keeps one tensor, its
 # input, instead of its norms, projections, attention and MLP intermediates. On the right, the
-# price: every step runs each layer's forward twice, so it costs up to one more forward pass (the
-# expectation printed above). The transformers guide on gradient checkpointing puts it at "~20 %
-# slower" (huggingface.co/docs/transformers/en/grad_checkpointing, April 2026); Stas Bekman's
-# *Machine Learning Engineering* book says 20-25 % less throughput (github.com/stas00/ml-engineering,
-# as of 2025). On a busy CPU the milliseconds are noisy: read the ratio, and run the cell again
-# if it disagrees with the expectation.
+# price: every step runs each layer's forward twice, the arithmetic counted above (the loss and
+# the head are not recomputed, so less than one more forward pass).
+# The transformers guide on gradient checkpointing puts it at "~20 % slower"
+# (huggingface.co/docs/transformers/en/grad_checkpointing, April 2026); Stas Bekman's *Machine
+# Learning Engineering* book says 20-25 % less throughput (github.com/stas00/ml-engineering, as of
+# 2025). This machine's milliseconds may say more or less: on a shared CPU they are noise around
+# the work, which the count gives exactly.
 #
 # ## "The model is too big for my GPU"
 #
@@ -253,7 +279,9 @@ plt.show()
 # %%
 t4_total_gib, t4_fits = {}, {}
 for on in (False, True):
-    e = estimate_training_memory(t4_model, batch_size=t4_batch, seq_len=t4_seq_len, precision="fp16", checkpointing=on)
+    e = estimate_training_memory(
+        t4_model, per_device_batch=t4_batch, seq_len=t4_seq_len, precision="fp16", checkpointing=on, gpu="T4"
+    )
     state = e.weights + e.gradients + e.optimizer  # what checkpointing cannot change
     t4_total_gib[on], t4_fits[on] = round(e.total / GIB, 2), e.fits("T4")
     print(
@@ -467,6 +495,10 @@ helpers.record("step_ms_off", [round(t, 3) for t in step_ms[False]])
 helpers.record("step_ms_on", [round(t, 3) for t in step_ms[True]])
 helpers.record("time_ratio", round(time_ratio, 3))
 helpers.record("time_ratio_expected", round(expected, 3))
+helpers.record(
+    "step_forwards", {k: round(step_flops[on] / forward_flops, 4) for k, on in (("off", False), ("on", True))}
+)
+helpers.record("checkpointing_work_ratio", round(work_ratio, 4))
 helpers.record("t4_total_gib_off", t4_total_gib[False])
 helpers.record("t4_total_gib_on", t4_total_gib[True])
 helpers.record("t4_fits_off", t4_fits[False])

@@ -1,8 +1,8 @@
-"""Which model the estimator is asked about: a catalog name, a config.json, a Hub id or a config.
+"""Which model the estimator is asked about, read into a `Shape`: its sizes and what its layers do.
 
 Private to `helpers.estimate` (taught in notebook 01, memory anatomy; `python -m helpers plan`),
 which exports `shape_of`. Each architecture family transformers names in `model_type` is read
-into a `Shape` here: what the per-layer walk (helpers/_activations.py) needs to know about it.
+into a `Shape` here: what the per-layer walk (`_activations`) needs to know about it.
 tests/test_estimate_families.py builds a tiny random model of each family with the real
 transformers class and holds the walk to the bytes it saves. Pure Python: no torch; the network
 only for a Hub id, and only for its config.json.
@@ -10,12 +10,10 @@ only for a Hub id, and only for its config.json.
 
 from __future__ import annotations
 
-import json
-import re
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 
 from helpers.catalog import find
+from helpers.estimate._configs import WAYS_IN, config_dict, hub_page_id, looks_like_hub_id, looks_like_path
 
 __all__ = [
     "HEAD_TARGET",
@@ -25,12 +23,10 @@ __all__ = [
     "Shape",
     "adapter_shapes",
     "adapts_head",
-    "config_dict",
     "lora_parameters",
     "shape_of",
 ]
 
-CONFIG_TIMEOUT_S = 20.0  # seconds for a Hub config.json (a few KB) once the Hub has answered
 # model_type -> the estimator's family; the Llama family's walk also fits Mistral and Qwen
 MODEL_TYPES = {
     "llama": "llama",
@@ -49,11 +45,6 @@ MODEL_TYPES = {
 # what a config must name, whatever its defaults (GPT-2 spells its own)
 _REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
 _GPT2_REQUIRED = ("n_embd", "n_layer", "n_head", "vocab_size", "n_positions")
-_HUB_PAGE = re.compile(r"(?:https?://)?(?:www\.)?(?:huggingface\.co|hf\.co)/([^/\s]+/[^/\s?#]+)")
-_WAYS_IN = (
-    "Pass a catalog name, a path to a model's config.json (or its folder), a Hub id such as "
-    "'Qwen/Qwen3-0.6B' (needs the Hub), a config dict or a transformers config."
-)
 LINEAR_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 
 
@@ -87,6 +78,9 @@ class Shape:
     logit_softcap: float = 0.0  # tanh soft-capping of the logits (Gemma 2)
     rotary_fraction: float = 1.0  # share of each head's dimensions rotated (GPT-NeoX: 0.25)
     parallel_residual: bool = False  # attention and MLP read the same input (GPT-NeoX, Pythia)
+    # the forward returns a key/value cache (the config's use_cache; BERT has none): a setting of the
+    # run, not of the architecture, so two shapes that differ only here are the same model
+    use_cache: bool = field(default=True, compare=False)
 
     @property
     def gated(self) -> bool:
@@ -215,80 +209,15 @@ def shape_of(model) -> Shape:
     if isinstance(model, Shape):
         return model
     if isinstance(model, str):
-        page = _HUB_PAGE.match(model.strip())  # a model page's address: huggingface.co/Qwen/Qwen3-14B/tree/main
-        model = page.group(1) if page else model.strip()
+        model = hub_page_id(model.strip())
         try:
             return Shape(**find("models", model)[1]["shape"])
         except ValueError as unknown:
-            if not (_looks_like_path(model) or _looks_like_hub_id(model)):
-                raise ValueError(f"{unknown}. {_WAYS_IN}") from None
+            if not (looks_like_path(model) or looks_like_hub_id(model)):
+                raise ValueError(f"{unknown}. {WAYS_IN}") from None
     config = config_dict(model)
     impl = getattr(model, "_attn_implementation", None) or config.get("_attn_implementation")
     return _shape_from_config(config, impl)
-
-
-def config_dict(model) -> dict:
-    """A model's config as a dict: from a path to a config.json or its folder, a Hub id, a dict or a config."""
-    if isinstance(model, (str, Path)):
-        path = Path(model).expanduser()
-        if path.is_dir():
-            path = path / "config.json"
-        if path.is_file():
-            return _read_json(path)
-        if isinstance(model, str) and _looks_like_hub_id(model):
-            return _hub_config(model)
-        raise ValueError(f"no config.json at {str(path)!r}. {_WAYS_IN}")
-    if hasattr(model, "to_dict"):
-        return model.to_dict()
-    if isinstance(model, dict):
-        return dict(model)
-    raise ValueError(f"cannot read a model from a {type(model).__name__}. {_WAYS_IN}")
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path} is not a readable config.json ({e}): download it again from the model's page") from e
-
-
-def _looks_like_path(text: str) -> bool:
-    return text.endswith(".json") or text.startswith((".", "/", "~")) or Path(text).expanduser().exists()
-
-
-def _looks_like_hub_id(text: str) -> bool:
-    parts = text.split("/")
-    return len(parts) == 2 and all(parts) and not text.endswith(".json") and " " not in text
-
-
-def _hub_config(hub_id: str) -> dict:
-    """Fetch only config.json from the Hub, in bounded time; offline, say where else to get it."""
-    import urllib.error
-    import urllib.request
-
-    from helpers.env import call_within
-    from helpers.models import _endpoint, hub_reachable
-
-    url = f"{_endpoint()}/{hub_id}/resolve/main/config.json"
-    local = f"download {url} on a machine with internet and pass its path, e.g. --model ./config.json"
-    if not hub_reachable():
-        raise ValueError(f"{hub_id!r} is not in the catalog and the Hugging Face Hub does not answer: {local}")
-
-    def fetch() -> dict:
-        with urllib.request.urlopen(url, timeout=CONFIG_TIMEOUT_S) as reply:
-            return json.loads(reply.read())
-
-    try:
-        return call_within(CONFIG_TIMEOUT_S, fetch)
-    except urllib.error.HTTPError as e:
-        why = (
-            "gated: accept its licence on its page, then"
-            if e.code in (401, 403)
-            else f"HTTP {e.code}: check the id, or"
-        )
-        raise ValueError(f"the Hub has no readable config.json for {hub_id!r} ({why}) {local}") from None
-    except (OSError, TimeoutError, json.JSONDecodeError) as e:
-        raise ValueError(f"could not fetch {hub_id!r}'s config.json ({e}): {local}") from None
 
 
 def _shape_from_config(c: dict, impl: str | None) -> Shape:
@@ -333,6 +262,7 @@ def _gpt2(c: dict, impl: str, kind: str) -> Shape:
         resid_dropout=c.get("resid_pdrop", 0.1),
         embed_dropout=c.get("embd_pdrop", 0.1),
         attn_impl=impl,
+        use_cache=c.get("use_cache", True),
         max_positions=c["n_positions"],
     )
 
@@ -350,6 +280,7 @@ def _bert(c: dict, impl: str, kind: str) -> Shape:
         resid_dropout=dropout,
         embed_dropout=dropout,
         attn_impl=impl,
+        use_cache=False,
         qkv_bias=True,
         max_positions=c.get("max_position_embeddings", 512),
         head="classifier",
@@ -372,6 +303,7 @@ def _neox(c: dict, impl: str, kind: str) -> Shape:
         resid_dropout=dropout,
         embed_dropout=dropout,
         attn_impl=impl,
+        use_cache=c.get("use_cache", True),
         rotary_fraction=c.get("rotary_pct") or rope.get("partial_rotary_factor") or 0.25,
         parallel_residual=c.get("use_parallel_residual", True),
     )
@@ -391,6 +323,7 @@ def _decoder(c: dict, impl: str, kind: str) -> Shape:
         # Phi-3 drops after attention and after the MLP (its embd_pdrop is no longer applied in transformers 5)
         resid_dropout=c.get("resid_pdrop") or 0.0,
         attn_impl=impl,
+        use_cache=c.get("use_cache", True),
         qkv_bias=kind == "qwen2" or bool(c.get("attention_bias")),
         qk_norm=kind in ("qwen3", "gemma3_text"),
         sandwich_norms=sandwich,

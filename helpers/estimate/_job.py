@@ -1,38 +1,35 @@
-"""What the estimator estimates: a training job's settings, checked, and what it stores.
+"""What the estimator estimates: a training job's settings, checked, and the units they are counted in.
 
 Private to `helpers.estimate` (taught in notebook 01, memory anatomy), which exports the byte sizes
-below. The model's `Shape` comes from helpers/_families.py; a `Job` is the settings of
+below. The model's `Shape` comes from `_shapes`; a `Job` is the settings of
 `estimate_training_memory`, checked once, with what follows from them (the compute dtype, autocast,
-the trainable parameters), and the steps that need no activations: the stored weights, the loading
-peak, the optimizer's states and its step's temporaries, the logits and the loss's gradients at the
-end of the forward. Pure Python: no torch, no network.
+the trainable parameters). `Harness` gathers what only a benchmark states: facts about another
+training harness than the kit's (the Trainer, peft and a current bitsandbytes). Pure Python: no
+torch, no network.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 
-from helpers._families import Shape, adapter_shapes, lora_parameters
+from helpers.catalog import card_capability
+from helpers.estimate._shapes import Shape, lora_parameters
 
 __all__ = [
     "ADAMW_FAMILY",
     "COMPUTE_BYTES",
     "FP32_BYTES",
     "HALF_BYTES",
+    "LOOPS",
     "NF4_SINGLE_QUANT_BYTES",
     "OPTIMIZER_BYTES",
     "OPTIMIZER_NAMES",
     "PRECISIONS",
     "WEIGHT_BYTES",
+    "Harness",
     "Job",
     "batch_argument",
-    "stored_weights",
-    "optimizer_step",
-    "optimizer_states",
-    "load_peak",
-    "logits_moment",
-    "forward_logits",
 ]
 
 FP32_BYTES = 4
@@ -67,15 +64,64 @@ OPTIMIZER_BYTES = {
     "adamw_8bit": ADAMW_8BIT_BYTES,
     "paged_adamw_8bit": ADAMW_8BIT_BYTES,
     "sgd": 0,
-    "adafactor": 0,  # factored second moment: by the tensors' shapes (estimate.py), no first moment
+    "adafactor": 0,  # factored second moment: by the tensors' shapes (`_optimizer`), no first moment
 }
 # TrainingArguments' `optim` names for the same optimizers: torch's AdamW (foreach on CUDA), its
 # fused kernel (the Trainer's default from torch 2.8), bitsandbytes' 8-bit AdamW
 OPTIMIZER_NAMES = {"adamw_torch": "adamw_foreach", "adamw_torch_fused": "adamw", "adamw_bnb_8bit": "adamw_8bit"}
 OPTIMIZER_BYTES.update({name: OPTIMIZER_BYTES[kind] for name, kind in OPTIMIZER_NAMES.items()})
 ADAMW_FAMILY = ("adamw", "adamw_foreach", "adamw_hf", "adamw_torch", "adamw_torch_fused")
-# settings that describe another harness than the kit's (litgpt's): reported only when set
-HARNESS_OPTIONS = ("quantize_head", "quant_dtype", "loss_chunk", "holds_last_output")
+# the training loop around the model, and what it keeps of the model's output (Job.loop):
+# "trainer": transformers' Trainer (and accelerate's examples): the output goes before backward;
+# "custom": `outputs = model(**batch); outputs.loss.backward()`, the Hugging Face course's loop: the
+# output (logits, and the key/value cache when the config asks for one) lives through backward and the
+# optimizer's step, and into the next forward, until the name is bound again;
+# "litgpt": `logits = model(x)` with a chunked loss: its fp32 logits and their graph likewise
+LOOPS = ("trainer", "custom", "litgpt")
+
+
+@dataclass(frozen=True)
+class Harness:
+    """What only a benchmark states: facts about a training harness other than the kit's.
+
+    The kit's own stack (the Trainer or a loop of its own, peft, bitsandbytes >= 0.44, PyTorch 2.x)
+    needs none of these; scripts/bench_estimator.py sets them to hold the estimator against runs
+    published from other harnesses (litgpt with Lightning's bitsandbytes plugin, PyTorch 1.x).
+
+    Attributes:
+        set_to_none: optimizer.zero_grad(set_to_none=True) frees the gradients after each step
+            (PyTorch 2.x, the Trainer). False keeps them allocated as zeros (PyTorch 1.x's
+            model.zero_grad()), beside the next forward's activations.
+        quant_keeps_input: each quantized linear keeps its input for backward on its autograd ctx
+            (bitsandbytes releases of 2023, up to 0.43.1); current releases keep only the packed weight.
+        quantize_head: the LM head is quantized with the other linears, as Lightning's bitsandbytes
+            plugin (litgpt's --quantize) does; transformers and peft keep it in 16 bits (then fp32).
+            Each time the head runs, forward and backward, bitsandbytes dequantizes the whole
+            vocab x hidden matrix: the largest transient of the step.
+        quant_dtype: the dtype the weights were quantized from ("fp16", "bf16", "fp32"); None: the
+            compute dtype, as helpers.qlora loads them. bitsandbytes dequantizes to that dtype and
+            then casts to the compute dtype: a second copy of each weight while it runs when they
+            differ (Lightning's plugin quantizes from fp16 whatever the compute dtype).
+        loss_chunk: the head and the cross-entropy run on chunks of this many positions (litgpt:
+            128), the fp32 logits kept whole through the backward: the loss's gradients exist one
+            chunk at a time, and under autocast a frozen head keeps a 16-bit copy per chunk.
+        cuda_context_bytes: the CUDA context (and library kernels) outside the allocator, as a run
+            measured it; None: the estimator's CUDA_CONTEXT_BYTES.
+        sdpa_kernel: the SDPA kernel a harness pins (`torch.nn.attention.sdpa_kernel`): "flash",
+            "efficient" or "math", instead of the one PyTorch would choose (`_attention`).
+    """
+
+    set_to_none: bool = True
+    quant_keeps_input: bool = False
+    quantize_head: bool = False
+    quant_dtype: str | None = None
+    loss_chunk: int = 0
+    cuda_context_bytes: int | None = None
+    sdpa_kernel: str | None = None
+
+    def changed(self) -> dict:
+        """The facts that differ from the kit's harness."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != f.default}
 
 
 def batch_argument(per_device_batch, batch_size, caller: str) -> tuple[str, int]:
@@ -111,14 +157,11 @@ class Job:
     lora_dropout: float
     double_quant: bool
     grad_accum_steps: int
-    set_to_none: bool
-    quant_keeps_input: bool
     batch_name: str = "per_device_batch"  # how the caller spelled the batch, for the errors
     fused_loss: bool = False  # a fused (chunked) linear cross-entropy: the logits are never held whole
-    quantize_head: bool = False  # the LM head quantized too (Lightning's bitsandbytes plugin, litgpt)
-    quant_dtype: str | None = None  # the dtype the weights were quantized from; None: the compute dtype
-    loss_chunk: int = 0  # positions per chunk of a cross-entropy over logits kept whole in fp32 (litgpt: 128)
-    holds_last_output: bool = False  # the loop keeps the previous micro-batch's output into the next forward
+    loop: str = "trainer"  # one of LOOPS: what the training loop keeps of the model's output
+    gpu: str | None = None  # the catalog card it runs on: its compute capability decides the attention kernel
+    harness: Harness = field(default_factory=Harness)
 
     def __post_init__(self):
         _check_choices(self)
@@ -128,6 +171,11 @@ class Job:
     def optimizer_kind(self) -> str:
         """The optimizer under TrainingArguments' name for it ("adamw_torch" is "adamw_foreach")."""
         return OPTIMIZER_NAMES.get(self.optimizer, self.optimizer)
+
+    @property
+    def capability(self) -> tuple[int, int] | None:
+        """The card's compute capability, or None when no card is named."""
+        return card_capability(self.gpu) if self.gpu is not None else None
 
     @property
     def true_half(self) -> bool:
@@ -164,8 +212,10 @@ class Job:
         """Bytes per weight that dequantizing a 4-bit weight for a matmul allocates: bitsandbytes
         restores it in the dtype it was quantized from, then casts it to the compute dtype, a second
         copy when the two differ (Lightning's plugin quantizes from fp16 for bf16 compute)."""
-        source = COMPUTE_BYTES[self.quant_dtype] if self.quant_dtype else self.compute
-        return source + (self.compute if self.quant_dtype and self.quant_dtype != self.base_dtype else 0)
+        source = COMPUTE_BYTES[self.harness.quant_dtype] if self.harness.quant_dtype else self.compute
+        return source + (
+            self.compute if self.harness.quant_dtype and self.harness.quant_dtype != self.base_dtype else 0
+        )
 
     @property
     def base_dtype(self) -> str:
@@ -194,11 +244,12 @@ class Job:
             device=self.device,
             attn_impl=self.shape.attn_impl,
             grad_accum_steps=self.grad_accum_steps,
-            set_to_none=self.set_to_none,
             lora_targets=self.lora_targets,
             lora_dropout=self.lora_dropout,
             fused_loss=self.fused_loss,
-            **{name: value for name in HARNESS_OPTIONS if (value := getattr(self, name))},
+            loop=self.loop,
+            gpu=self.gpu,
+            **({"harness": self.harness} if self.harness.changed() else {}),
         )
 
     @cached_property
@@ -214,6 +265,9 @@ def _check_choices(job: Job) -> None:
     _check_choice("precision", job.precision, PRECISIONS)
     _check_choice("optimizer", job.optimizer, OPTIMIZER_BYTES)
     _check_choice("method", job.method, ("full", "lora", "qlora"))
+    _check_choice("loop", job.loop, LOOPS)
+    if not isinstance(job.harness, Harness):
+        raise TypeError(f"harness={job.harness!r}: pass a helpers.estimate.Harness, e.g. Harness(set_to_none=False)")
     base = job.precision.removesuffix("-true")
     if job.weights is None:
         job.weights = {"full": "fp32" if not job.true_half else base, "lora": base, "qlora": "nf4"}[job.method]
@@ -243,17 +297,19 @@ def _check_combination(job: Job) -> None:
         raise ValueError("a classifier head needs num_labels >= 1 in the model's shape")
     if shape.family == "bert" and shape.head != "classifier":
         raise ValueError("BERT is modeled with its sequence-classification head: use head='classifier' and num_labels")
-    if job.loss_chunk and (job.fused_loss or job.loss_chunk < 0):
+    if job.harness.loss_chunk and (job.fused_loss or job.harness.loss_chunk < 0):
         raise ValueError(
-            f"loss_chunk={job.loss_chunk!r}: pass a positive number of positions per chunk, and not with "
+            f"loss_chunk={job.harness.loss_chunk!r}: pass a positive number of positions per chunk, and not with "
             "fused_loss=True (a fused loss never holds the logits whole)"
         )
-    if (job.quantize_head or job.quant_dtype) and not job.quantized:
-        setting = "quantize_head=True" if job.quantize_head else f"quant_dtype={job.quant_dtype!r}"
+    if (job.harness.quantize_head or job.harness.quant_dtype) and not job.quantized:
+        setting = "quantize_head=True" if job.harness.quantize_head else f"quant_dtype={job.harness.quant_dtype!r}"
         raise ValueError(f"{setting} describes quantized weights; use method='qlora' or drop it")
-    if job.quant_dtype is not None:
-        _check_choice("quant_dtype", job.quant_dtype, tuple(COMPUTE_BYTES))
-    if job.quantize_head and (shape.head != "lm" or shape.tied):
+    if job.harness.sdpa_kernel is not None:
+        _check_choice("sdpa_kernel", job.harness.sdpa_kernel, ("flash", "efficient", "math"))
+    if job.harness.quant_dtype is not None:
+        _check_choice("quant_dtype", job.harness.quant_dtype, tuple(COMPUTE_BYTES))
+    if job.harness.quantize_head and (shape.head != "lm" or shape.tied):
         what = "a classifier head" if shape.head != "lm" else "a head tied to the embeddings (the same tensor)"
         raise ValueError(f"quantize_head=True, but this model has {what}: drop quantize_head")
     base = job.precision.removesuffix("-true")
@@ -263,114 +319,3 @@ def _check_combination(job: Job) -> None:
         raise ValueError(
             f"weights={weights!r} with precision='fp32' would upcast every matmul; use precision={weights!r}"
         )
-
-
-def optimizer_states(job: Job) -> float:
-    """2. the optimizer's states: the AdamW family keeps its moments in the parameter's dtype, 8-bit
-    optimizers in 8 bits whatever it is, Adafactor a row and a column of squared-gradient averages per matrix."""
-    if job.optimizer == "adafactor":
-        return job.param_bytes * sum(_adafactor_state(job))
-    in_param_dtype = job.optimizer in ADAMW_FAMILY + ("sgd",)
-    return OPTIMIZER_BYTES[job.optimizer] * (job.param_bytes / FP32_BYTES if in_param_dtype else 1) * job.trainable
-
-
-def load_peak(job: Job, weights: float) -> float:
-    """0. loading, before the first step. transformers loads one checkpoint tensor at a time, so a
-    16-bit or fp32 model peaks at its own size. With bitsandbytes 4-bit quantization on the fly each
-    linear arrives in 16 bits beside its packed codes and scales (2 + 1/2 + 1/8 + 1/64 bytes per
-    weight, the largest linear last); then peft's k-bit preparation casts the unquantized
-    parameters to fp32 one at a time (the largest, the embedding, in 16 and 32 bits at once).
-    Sources: transformers 5.23's core_model_loading.py (one tensor at a time when quantizing on the
-    fly) and peft 0.21's utils/other.py (prepare_model_for_kbit_training)."""
-    if not job.quantized:
-        return weights
-    counts, half = job.shape.parameter_counts(), HALF_BYTES
-    head = counts["head"] * (not job.quantize_head)
-    largest = max([a * b for a, b in job.shape.linear_shapes().values()] + [counts["head"] - head])
-    kept = counts["embeddings"] + head + counts["other"]
-    quantized = (counts["linear"] + counts["head"] - head) * job.weight_bytes + half * kept
-    quantized += (2 + 1 / 2 + 1 / 8 + 1 / 64) * largest
-    if job.true_half:  # no k-bit preparation: the unquantized parameters stay in 16 bits
-        return max(quantized, weights)
-    return max(quantized, weights + half * job.shape.vocab * job.shape.hidden)
-
-
-def stored_weights(job: Job) -> float:
-    """1. weights: quantized runs keep embeddings, head and norms in fp32 (peft's k-bit preparation),
-    or in 16 bits when everything is 16-bit (litgpt's bf16-true, torchtune). 2. the adapters (and a
-    new classifier head) are stored beside a frozen base."""
-    counts = job.shape.parameter_counts()
-    if job.quantized:
-        kept = job.compute if job.true_half else FP32_BYTES
-        head = counts["head"] * (not job.quantize_head)  # a quantized head is stored as its linears are
-        quantized = counts["linear"] + counts["head"] - head
-        stored = quantized * job.weight_bytes + kept * (counts["embeddings"] + head + counts["other"])
-    else:
-        stored = job.shape.parameters * job.weight_bytes
-    return stored if job.method == "full" else stored + job.param_bytes * job.trainable
-
-
-def optimizer_step(job: Job) -> float:
-    """4. the optimizer's step: foreach AdamW builds sqrt(exp_avg_sq) for every tensor at once; the
-    per-tensor loop one tensor at a time (the largest trainable tensor bounds it); fused AdamW,
-    8-bit optimizers (in place, block by block) and SGD build nothing."""
-    shape = job.shape
-    if job.optimizer_kind == "adamw_foreach":
-        return job.param_bytes * job.trainable
-    if job.optimizer_kind not in ("adamw_hf", "adafactor"):
-        return 0
-    if job.method == "full":
-        largest = max([a * b for a, b in shape.linear_shapes().values()] + [shape.vocab * shape.hidden])
-    else:
-        largest = max(job.lora_r * max(io) for io in adapter_shapes(shape, job.lora_targets).values())
-    # Adafactor builds grad**2 and then the factored estimate, each the tensor's size
-    return job.param_bytes * largest * (2 if job.optimizer == "adafactor" else 1)
-
-
-def _adafactor_state(job: Job) -> list[int]:
-    """Elements of Adafactor's state for each trainable tensor: rows + columns of a matrix, all of a vector
-    (transformers' Adafactor as the Trainer builds it: no first moment)."""
-    shape = job.shape
-    if job.method != "full":  # the adapters: A (r x in) and B (out x r) in every layer
-        adapters = adapter_shapes(shape, job.lora_targets).values()
-        return [shape.layers * sum(2 * job.lora_r + i + o for i, o in adapters)]
-    counts = shape.parameter_counts()
-    matrices = [shape.layers * sum(i + o for i, o in shape.linear_shapes().values()), shape.vocab + shape.hidden]
-    if counts["head"]:
-        matrices.append(shape.vocab + shape.hidden)
-    matrices += [rows + shape.hidden for rows in (shape.max_positions, shape.type_vocab) if rows]  # position tables
-    return matrices + [counts["other"]]
-
-
-def _head_dequant(job: Job) -> float:
-    """A quantized head's weight, dequantized (with its fp32 scales) each time the head runs, forward and backward."""
-    return (job.dequant_bytes + FP32_BYTES / 64) * job.shape.vocab * job.shape.hidden if job.quantize_head else 0
-
-
-def logits_moment(job: Job) -> int:
-    """3b. the logits at the end of the forward and the fp32 upcast that the loss reads (not saved),
-    then the loss's gradients at the start of the backward; a quantized head's dequantized weight."""
-    shape, n, head = job.shape, job.batch * job.seq_len, _head_dequant(job)
-    if job.fused_loss and shape.head == "lm":  # one chunk of logits at a time: negligible beside the rest
-        return head
-    if shape.head == "classifier":
-        rows = job.batch if shape.family == "bert" else n
-        return rows * shape.num_labels * (job.compute + FP32_BYTES)
-    if job.loss_chunk:  # the fp32 logits stay whole; the loss's gradients (two fp32, one cast back) per chunk
-        chunk = job.batch * min(job.loss_chunk, job.seq_len)
-        return n * shape.vocab * FP32_BYTES + chunk * shape.vocab * (2 * FP32_BYTES + job.compute) + head
-    # the logits and their fp32 upcast at the end of the forward; at the start of the backward the
-    # loss's fp32 gradient and log_softmax's fp32 input gradient, beside the saved log-probs
-    return n * shape.vocab * max(job.compute + FP32_BYTES, 2 * FP32_BYTES) + head
-
-
-def forward_logits(job: Job) -> int:
-    """3c. the logits as the forward returns them, before the loss: in the compute dtype beside their
-    fp32 upcast (the loss reads fp32), or the 16-bit logits beside a quantized head's dequantized weight."""
-    shape, head = job.shape, _head_dequant(job)
-    if job.fused_loss and shape.head == "lm":
-        return head
-    rows = job.batch if shape.family == "bert" else job.batch * job.seq_len
-    elements = rows * (shape.num_labels if shape.head == "classifier" else shape.vocab)
-    upcast = elements * FP32_BYTES if job.compute != FP32_BYTES else 0
-    return elements * job.compute + max(upcast, head)

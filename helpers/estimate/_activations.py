@@ -21,24 +21,27 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from helpers._families import adapter_shapes
-from helpers._job import FP32_BYTES  # autocast's residual stream, softmax and loss upcasts, LayerNorm statistics
+# FP32_BYTES: autocast's residual stream, softmax and loss upcasts, LayerNorm statistics
+from helpers.estimate._attention import attention_kernel
+from helpers.estimate._job import FP32_BYTES
+from helpers.estimate._shapes import adapter_shapes
 
 if TYPE_CHECKING:
-    from helpers._families import Shape
-    from helpers._job import Job
+    from helpers.estimate._job import Job
+    from helpers.estimate._shapes import Shape
 
 __all__ = [
     "ACTIVATION_SAVES",
+    "CUDA_FP32_RECOMPUTED_SCORES",
     "CUDA_MASK_BYTES",
     "INDEX_BYTES",
     "Adapters",
     "Forward",
     "backward_transient",
-    "held_previous_output",
     "layer_activations",
     "outside_layers",
     "quant_kept_inputs",
+    "recomputed_scores",
     "weight_casts",
 ]
 
@@ -47,6 +50,12 @@ CUDA_MASK_BYTES = 1  # a dropout mask is bool on CUDA; on CPU it has its input's
 # what the activation function saves for backward, in tensors of the MLP's width:
 # silu, relu, gelu and tanh-gelu save one tensor; GPT-2's python "gelu_new" saves four
 ACTIVATION_SAVES = {"silu": 1, "relu": 1, "gelu": 1, "gelu_pytorch_tanh": 1, "gelu_new": 4, "gelu_fast": 4}
+# fp32 score matrices a card holds beyond the walk's count while a checkpointed layer with
+# materialized fp32 scores (eager, or SDPA's math kernel) recomputes and runs its backward. Measured,
+# not derived: the fitcheck T4 rows in fp32 (k-bit training without autocast) fall 11 to 23 % short
+# without it and land within 4.1 % with it, none over (scripts/bench_estimator.py); the CPU
+# allocator does not show it (tests/test_estimate_allocator.py), so it is counted on CUDA only
+CUDA_FP32_RECOMPUTED_SCORES = 1.35
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,9 @@ class Forward:
     autocast: bool
     device: str = "cuda"
     quantized: bool = False  # a 4-bit base after peft's k-bit preparation (fp32 norms)
+    dtype: str = "bf16"  # the compute dtype's name, "fp32", "bf16" or "fp16": it decides the attention kernel
+    capability: tuple[int, int] | None = None  # the card's compute capability; None: `_attention.DEFAULT_CAPABILITY`
+    pinned: str | None = None  # the SDPA kernel a harness pins (`Harness.sdpa_kernel`)
 
     @property
     def tokens(self) -> int:
@@ -87,9 +99,27 @@ class Forward:
         return self.batch_size * self.shape.heads * self.seq_len * self.seq_len
 
     @property
+    def kernel(self) -> str:
+        """The attention kernel that runs (`_attention.attention_kernel`)."""
+        s = self.shape
+        if self.pinned and s.attn_impl != "eager":
+            return self.pinned
+        return attention_kernel(
+            s.attn_impl,
+            dtype=self.dtype,
+            heads=s.heads,
+            kv_heads=s.kv_heads,
+            head_dim=s.head_dim,
+            dropout=s.attn_dropout,
+            device=self.device,
+            capability=self.capability,
+        )
+
+    @property
     def math_path(self) -> bool:
-        """Attention materializes the scores: eager, or sdpa with dropout on CPU (no fused kernel for it)."""
-        return self.shape.attn_impl == "eager" or (self.shape.attn_dropout > 0 and self.device == "cpu")
+        """Attention materializes the scores: eager, or SDPA's math kernel (on the CPU with dropout; on
+        a card in fp32 with grouped key/value heads, or in 16 bits below compute capability 8.0)."""
+        return self.kernel in ("eager", "math")
 
     @property
     def attn_bytes(self) -> int:
@@ -231,6 +261,8 @@ def _probabilities(f: Forward) -> int:
     else:  # Llama's eager softmax upcasts; GPT-2's runs in the scores' dtype (fp32 under autocast
         # through its fp32 mask), and so does the math kernel
         soft = f.compute if s.family == "gpt2" and s.attn_impl == "eager" and f.resid != FP32_BYTES else FP32_BYTES
+        if f.kernel == "math" and f.device == "cuda":  # the CUDA math kernel's softmax keeps its input's dtype
+            soft = cb
         # eager rotary attention casts the probabilities back to the query's dtype before dropout:
         # fp32 under autocast (rotary with the fp32 residual's cos/sin upcasts the query)
         cpu_mask = FP32_BYTES if f.autocast and s.rotary else cb
@@ -343,6 +375,13 @@ def _ln_stats(f: Forward, dtype_bytes: int) -> int:
     return 2 * (FP32_BYTES if f.device == "cuda" else dtype_bytes) * f.tokens
 
 
+def recomputed_scores(f: Forward) -> int:
+    """What a checkpointed layer's backward holds on a card beyond its saved tensors and its gradients
+    when its scores are materialized in fp32 (CUDA_FP32_RECOMPUTED_SCORES); 0 elsewhere."""
+    fp32_scores = f.math_path and f.attn_bytes == FP32_BYTES and f.device == "cuda"
+    return int(CUDA_FP32_RECOMPUTED_SCORES * FP32_BYTES * f.scores) if fp32_scores else 0
+
+
 def backward_transient(f: Forward, dequant_bytes: int = 0) -> int:
     """Gradients alive at once inside one layer's backward, beside that layer's saved tensors.
 
@@ -371,23 +410,12 @@ def quant_kept_inputs(job: Job, f: Forward) -> int:
     (not the first layer's when it needs no gradient), o's, the MLP's and down's, and the head's when
     it is quantized too.
     """
-    if not (job.quant_keeps_input and job.quantized):
+    if not (job.harness.quant_keeps_input and job.quantized):
         return 0
     s = job.shape
     inputs = s.layers * (2 * s.hidden + s.heads * s.head_dim + s.intermediate)
-    inputs += (s.hidden if job.quantize_head else 0) - (0 if job.first_grad else s.hidden)
+    inputs += (s.hidden if job.harness.quantize_head else 0) - (0 if job.first_grad else s.hidden)
     return f.compute * f.tokens * inputs
-
-
-def held_previous_output(job: Job, f: Forward) -> int:
-    """What a loop that keeps the previous micro-batch's output holds through the next forward.
-
-    litgpt's loop (`logits = model(...)`) replaces its logits only when the next forward returns, so
-    the previous logits, fp32 as the loss read them, live on, and so does their autograd graph:
-    backward released what it saved, not the inputs kept on a 4-bit linear's ctx (`quant_kept_inputs`).
-    """
-    logits = FP32_BYTES * f.tokens * job.shape.vocab if job.shape.head == "lm" and not job.fused_loss else 0
-    return logits + quant_kept_inputs(job, f)
 
 
 def outside_layers(
@@ -477,9 +505,10 @@ def weight_casts(job: Job, adapted_pooler: bool, adapted_head: bool) -> dict[str
             cast -= sum(a * b for t, (a, b) in shape.linear_shapes().items() if t in free)
         parts["weight casts"] = job.compute * cast
     head = counts["head"] if shape.head == "classifier" else shape.vocab * shape.hidden  # tied or not
-    head *= not job.quantize_head  # bitsandbytes dequantizes a 4-bit head itself: autocast casts nothing
-    if job.loss_chunk and shape.head == "lm" and job.method != "full":  # a head run chunk by chunk: autocast
-        head *= -(-job.seq_len // job.loss_chunk)  # caches the casts of trained weights only; a frozen one, per call
+    head *= not job.harness.quantize_head  # bitsandbytes dequantizes a 4-bit head itself: autocast casts nothing
+    if job.harness.loss_chunk and shape.head == "lm" and job.method != "full":  # a head run chunk by chunk:
+        # autocast caches the casts of trained weights only; a frozen one, per call
+        head *= -(-job.seq_len // job.harness.loss_chunk)
     if adapted_pooler and job.checkpointing:  # the pooler's adapter lies outside the checkpointed layers
         head += 2 * job.lora_r * shape.hidden
     if adapted_head and job.checkpointing:  # so does the LM head's
