@@ -12,7 +12,8 @@ notebook                    module (what it holds)
 06 experiment tracking      tracking (wandb without prompts), seeds, manifest
 07 Kaggle T4 x2             memory (read_gpu_memory: NVML, CUDA untouched)
 08 capstone                 resume (after a disconnect), manifest, live, qlora, planner
-every notebook              results (`record`), quickcheck/ (quick checks, grading)
+every notebook              session (`start`: one GPU, the seed, the machine), results (`record`),
+                            quickcheck/ (quick checks, grading)
 the install cell            install (what pip changed in the runtime; what it broke, mended or named)
 
 Maintainer tooling (`maintainer/`: the notebook builder, the Colab/Kaggle badges, the headless
@@ -22,12 +23,14 @@ whose names start with "_" are private to the package.
 Importing `helpers` is cheap: torch and transformers load only when a function needs them.
 """
 
-from helpers._util import GIB, MIB, quiet_bitsandbytes
+from helpers._util import GIB, MIB, quiet_libraries
 from helpers.results import record
+from helpers.session import start
 
-__all__ = ["GIB", "MIB", "record"]
+__all__ = ["GIB", "MIB", "record", "start"]
 __version__ = "0.1.0"
 
 # before bitsandbytes is imported: on a CPU with AVX512-BF16 its CPU backend warns, once per process,
 # that an optional faster kernel package is missing, and a student would take that red line for an error
-quiet_bitsandbytes()
+# (peft's use of a deprecated transformers name too: _util.quiet_libraries says which)
+quiet_libraries()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import os
 
-from helpers._util import quiet_bitsandbytes
+from helpers._util import quiet_libraries
 from helpers.simulate import simulated_card, simulated_devices
 
 # keywords of TRL's SFTConfig that the audit accepts in a dict beside TrainingArguments' own
@@ -78,7 +78,7 @@ def training_arguments_class():
     Importing it imports bitsandbytes, which on CPUs with AVX512-BF16 logs that an optional kernel
     from the Hub is missing; its built-in CPU path runs instead (as in helpers.env.check_4bit).
     """
-    quiet_bitsandbytes()
+    quiet_libraries()
     from transformers import TrainingArguments
 
     return TrainingArguments

@@ -10,6 +10,7 @@ import logging
 import os
 import stat
 import sys
+import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +21,7 @@ __all__ = [
     "NotRegularFile",
     "environ",
     "ipython_shell",
-    "quiet_bitsandbytes",
+    "quiet_libraries",
     "read_regular_file",
     "restore_environ",
     "torch_dtype",
@@ -96,10 +97,16 @@ def environ(values: Mapping[str, str]) -> Iterator[None]:
         restore_environ(saved)
 
 
-def quiet_bitsandbytes() -> None:
-    """Silence bitsandbytes' CPU backend, which logs a warning for every 4-bit matmul on a CPU, and, on a
-    CPU with AVX512-BF16, one when it is imported without the optional `kernels` package."""
+def quiet_libraries() -> None:
+    """Silence what the libraries say about their own code, which a student would take for an error in theirs.
+
+    bitsandbytes' CPU backend logs a warning for every 4-bit matmul on a CPU and, on a CPU with
+    AVX512-BF16, one when it is imported without the optional `kernels` package. peft's
+    get_peft_model reads transformers 5's deprecated `is_gradient_checkpointing`, and transformers
+    warns at its own line, not the caller's, so only the message can tell it apart.
+    """
     logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", r"`is_gradient_checkpointing` is deprecated", FutureWarning)
 
 
 def torch_dtype(precision: str):

@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass, field
 
 from helpers._nvml import nvml_devices
-from helpers._util import GIB, quiet_bitsandbytes
+from helpers._util import GIB, quiet_libraries
 from helpers.simulate import banner, simulated_card, simulated_devices
 
 __all__ = [
@@ -145,11 +145,9 @@ def use_one_gpu() -> int:
     Kaggle's "GPU T4 x2" shows both cards to every process. A single-process Trainer then sets
     n_gpu = 2: it wraps a full fine-tune in DataParallel and feeds a 4-bit model micro-batches of
     2 on one card, so the effective batch doubles without a word. Every single-GPU notebook calls
-    this in its first cell (setting CUDA_VISIBLE_DEVICES=0 only works before CUDA starts);
-    notebook 07 teaches training on both cards instead.
+    this first, through `helpers.start()` (setting CUDA_VISIBLE_DEVICES=0 only works before CUDA
+    starts); notebook 07 teaches training on both cards instead.
     """
-    if simulated_card():
-        print(banner())  # the first thing every notebook prints under a simulation
     visible = _visible_without_cuda()
     if visible <= 1:
         return visible
@@ -302,7 +300,7 @@ def check_4bit(device: str | None = None) -> tuple[bool, str]:
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     # On CPUs with AVX512-BF16, importing bitsandbytes tries an optional kernel from the Hub and
     # logs a warning when it is absent; its built-in CPU path runs instead, so keep that quiet.
-    quiet_bitsandbytes()
+    quiet_libraries()
     try:
         import bitsandbytes.functional as F
 

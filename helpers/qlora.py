@@ -25,7 +25,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from helpers._util import MIB, quiet_bitsandbytes
+from helpers._util import MIB, quiet_libraries
 from helpers.models import EMBEDDED_ID, card_dtype, choose_source, load_pretrained
 
 __all__ = ["Footprint", "add_adapter", "disable_cpu_repacking", "load_qlora", "measure_footprint", "save_quantized"]
@@ -115,7 +115,7 @@ def _import_qlora_libraries() -> None:
     """Import bitsandbytes and peft, or say how to install them."""
     # bitsandbytes logs at import, on AVX512-BF16 CPUs, that an optional Hub kernel is absent;
     # its built-in CPU path runs instead, and the message would only confuse a student
-    quiet_bitsandbytes()
+    quiet_libraries()
     try:
         import bitsandbytes  # noqa: F401
         import peft  # noqa: F401

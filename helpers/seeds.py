@@ -38,7 +38,7 @@ def seed_everything(seed: int, *, deterministic: bool = False) -> int:
     from transformers import enable_full_determinism, set_seed
 
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**32:
-        raise ValueError(f"seed must be an int in [0, 2**32), got {seed!r}; e.g. seed_everything(42)")
+        raise ValueError(f"seed must be an int in [0, 2**32), got {seed!r}; pass a whole number such as seed=42")
     if deterministic:
         enable_full_determinism(seed)
     else:

@@ -88,7 +88,7 @@ class Tracking:
         restore_environ(self._saved_env)
         _mode_we_set = None  # the WANDB_MODE in the environment is the user's again
         if self.sync_command:
-            print(f"wandb: offline run saved. Upload it later with:\n  {self.sync_command}")
+            print(f"wandb: offline run saved; upload it later with: {self.sync_command}")
         return self.sync_command
 
     def _finish_online(self) -> None:
@@ -227,15 +227,18 @@ def _start_run(project, config, name, mode, folder: Path, run_id, key):
     )
 
 
+# the reasons this process has printed in full: a notebook that tracks one run per seed says why it
+# is offline once, then one line a run (its finish() prints the upload command)
+_explained: set[str] = set()
+
+
 def _announce(tracking: Tracking) -> None:
     if tracking.mode == "online":
         print(f"wandb: online ({tracking.reason}), run {tracking.run.url}")
     elif tracking.mode == "offline":
-        print(
-            f"wandb: offline: {tracking.reason}.\n"
-            f"  the run is saved in {tracking.run_dir}\n"
-            f"  upload it later with: {tracking.sync_command}"
-        )
+        why = f": {tracking.reason}" if tracking.reason not in _explained else " (why: above)"
+        print(f"wandb: offline{why}.\n  the run is saved in {tracking.run_dir}")
+        _explained.add(tracking.reason)
     else:
         print(f"wandb: disabled ({tracking.reason}); nothing is recorded")
 

@@ -11,6 +11,8 @@ import json
 import math
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ from helpers import env, models, simulate
 from helpers._util import GIB, MIB
 from helpers.catalog import gpu_bytes, load_catalog
 from helpers.maintainer.notebooks import NOTEBOOKS_DIR, REPO_ROOT
+from helpers.session import start
 from helpers.training import effective_batch_size, training_args
 
 NOTEBOOKS = sorted(p.stem for p in NOTEBOOKS_DIR.glob("*.ipynb"))
@@ -96,9 +99,32 @@ def test_every_single_gpu_notebook_pins_one_gpu_in_its_first_cells():
     for stem in NOTEBOOKS:
         cells = json.loads((NOTEBOOKS_DIR / f"{stem}.ipynb").read_text())["cells"]
         code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
-        # the install cell, the parameters cell, then the pin, before anything can start CUDA
-        pinned = "use_one_gpu()" in code[2]
-        assert pinned == (stem != "07_kaggle_t4x2"), f"{stem}: the third code cell should call use_one_gpu()"
+        # the install cell, the parameters cell, then the setup call, before anything can start CUDA
+        calls = re.findall(r"^machine = helpers\.start\((.*)\)$", code[2], re.M)
+        assert len(calls) == 1, f"{stem}: the third code cell should be the setup call, machine = helpers.start(...)"
+        pinned = "one_gpu=False" not in calls[0]
+        assert pinned == (stem != "07_kaggle_t4x2"), f"{stem}: only notebook 07 may leave both cards visible"
+
+
+def test_start_pins_one_card_on_t4x2_and_says_it_is_simulated(card, capsys):
+    card("T4x2")
+    machine = start(seed=None)
+    out = capsys.readouterr().out
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0" and len(machine.gpus) == 1
+    assert out.count("SIMULATED T4x2") == 1 and "trains on GPU 0 only" in out and "seed" not in out
+
+
+def test_start_for_notebook_07_keeps_both_cards_and_cuda_unstarted(card, capsys):
+    card("T4x2")
+    with pytest.raises(ValueError, match=r"start\(seed=7, one_gpu=False\).*Pass seed=None.*set_seed\(7\) there"):
+        start(seed=7, one_gpu=False)
+    machine = start(seed=None, one_gpu=False)
+    assert len(machine.gpus) == 2 and "CUDA_VISIBLE_DEVICES" not in os.environ
+    # what accelerate's notebook_launcher checks in the notebook's process: no CUDA, no bitsandbytes
+    code = "import sys, torch, helpers; helpers.start(seed=None, one_gpu=False); "
+    code += "assert not torch.cuda.is_initialized() and 'bitsandbytes' not in sys.modules"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,14 +23,6 @@ from helpers.quickcheck.bank import load_bank
 
 MAINTAINER_WORDS = re.compile(r"smoke run|--smoke|the runner|embedded tiny model", re.I)
 EXERCISES_HEADING = "Change this, predict, run"
-# the rules some notebooks break today (each was checked only on the others before the rules were
-# written once): their tests are strict xfails there, so fixing a notebook fails until its entry goes
-NOT_YET = {
-    "end with the recap": {"03_gradient_checkpointing", "04_gradient_accumulation", "05_qlora"},
-    "ask for a prediction in each exercise": {"00_where_to_get_gpus", "01_memory_anatomy", "02_mixed_precision"},
-    "keep 'smoke' and 'runner' out of its prose": {"00_where_to_get_gpus"},
-    "say what to see after each plot": {"06_experiment_tracking", "07_kaggle_t4x2", "08_capstone"},
-}
 
 
 def parameter_names(nb):
@@ -49,6 +41,25 @@ def test_notebook_shape(stem):
     assert install.source == INSTALL_CELL
     assert nb.index(install) == 1, "the install cell comes right after the title"
     assert "smoke" in parameter_names(nb), "every notebook can be switched to the embedded model"
+
+
+def code_lines(cell):
+    return [line for line in cell.source.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_the_setup_is_one_call_and_the_install_cell_is_folded_under_its_title(stem):
+    """The cells before the lesson: the install (folded: machinery), the parameters, one setup call."""
+    nb = notebook_cells(stem)
+    install, params, setup, after = nb[1], nb[2], nb[3], nb[4]
+    assert install.metadata.get("jupyter", {}).get("source_hidden") and install.metadata.get("cellView") == "form"
+    assert install.source.startswith("# @title Install the kit"), "Colab's form shows this line in place of the code"
+    assert tagged(params, "parameters") and setup.cell_type == "code" and after.cell_type == "markdown"
+    assert code_lines(setup) == ["import helpers", code_lines(setup)[1]] and len(code_lines(setup)) == 2
+    assert re.fullmatch(r"machine = helpers\.start\(seed=[\w\[\]]+(, one_gpu=False)?\)", code_lines(setup)[1])
+    later = "\n".join(c.source for c in nb[4:] if c.cell_type == "code")
+    for setup_code in ("use_one_gpu(", 'find_spec("helpers")', "describe().summary()", "print(machine.summary())"):
+        assert setup_code not in later, f"{setup_code} after the setup call: helpers.start() does it"
 
 
 @pytest.mark.parametrize("stem", STEMS)
@@ -83,16 +94,6 @@ def exercises_of(nb):
     return {number: exercises.split(f"\n{number} ")[1].split("\n\n")[0] for number in ("1.", "2.")}
 
 
-def not_yet(rule):
-    """The notebooks, each marked xfail(strict) where it breaks `rule` today: fix the notebook, then its entry."""
-    return [
-        pytest.param(stem, marks=pytest.mark.xfail(strict=True, reason=f"{stem} does not yet {rule}"))
-        if stem in NOT_YET[rule]
-        else stem
-        for stem in STEMS
-    ]
-
-
 @pytest.mark.parametrize("stem", STEMS)
 def test_the_recap_ends_with_two_exercises_on_the_parameters_cell(stem):
     nb = notebook_cells(stem)
@@ -101,13 +102,13 @@ def test_the_recap_ends_with_two_exercises_on_the_parameters_cell(stem):
         assert any(f"`{n} = " in item for n in names), f"{stem} exercise {number}: {item!r}"
 
 
-@pytest.mark.parametrize("stem", not_yet("end with the recap"))
+@pytest.mark.parametrize("stem", STEMS)
 def test_the_recap_is_the_last_cell(stem):
     nb = notebook_cells(stem)
     assert nb[-1] is recap_of(nb), "the recap is the notebook's last cell, after the record cell"
 
 
-@pytest.mark.parametrize("stem", not_yet("ask for a prediction in each exercise"))
+@pytest.mark.parametrize("stem", STEMS)
 def test_each_exercise_asks_for_a_prediction(stem):
     for number, item in exercises_of(notebook_cells(stem)).items():
         assert "Predict" in item, f"{stem} exercise {number}: {item!r}"
@@ -123,14 +124,14 @@ def test_a_student_reads_no_maintainer_words(stem):
     assert "runner" not in params.source and "--smoke" not in params.source
 
 
-@pytest.mark.parametrize("stem", not_yet("keep 'smoke' and 'runner' out of its prose"))
+@pytest.mark.parametrize("stem", STEMS)
 def test_the_prose_never_says_smoke_or_runner(stem):
     markdown = " ".join(c.source for c in notebook_cells(stem) if c.cell_type == "markdown")
     for word in ("smoke", "runner"):
         assert word not in markdown.lower(), f"{stem}: a student reads {word!r}"
 
 
-@pytest.mark.parametrize("stem", not_yet("say what to see after each plot"))
+@pytest.mark.parametrize("stem", STEMS)
 def test_every_plot_is_followed_by_what_to_see_in_it(stem):
     nb = notebook_cells(stem)
     plots = [i for i, c in enumerate(nb) if c.cell_type == "code" and re.search(r"plt\.show\(\)|= plot\(", c.source)]

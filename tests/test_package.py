@@ -79,15 +79,22 @@ def test_the_build_floor_reads_the_spdx_license_string():
 
 
 def shadow_guards():
-    """notebook stem -> the guard its first `helpers` cell runs, taken from the built notebook."""
+    """notebook stem -> the guard its install cell runs before any cell imports `helpers`, from the built notebook."""
     import json
 
     guards = {}
     for path in sorted((ROOT / "notebooks").glob("0*.ipynb")):
-        code = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
-        first = next(c for c in code if re.search(r"^(from|import) helpers\b", c, re.M))  # the first kit import
-        guards[path.stem] = first[: first.index("\n    )\n") + 7]  # the cell up to the end of its raise
-        assert 'find_spec("helpers")' in guards[path.stem], f"{path.name}: no guard before its first kit import"
+        cells = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+        code = ["".join(c["source"]) for c in cells]
+        first = next(i for i, c in enumerate(code) if re.search(r"^(from|import) helpers\b", c, re.M))
+        install = next(i for i, c in enumerate(cells) if "install" in c["metadata"].get("tags", ()))
+        assert install < first, f"{path.name}: the install cell (and its guard) comes after the first kit import"
+        cell = code[install]
+        start = cell.index("# A helpers.py")
+        guard = cell[start : cell.index("\n    )\n", start) + 7]  # the guard up to the end of its raise
+        assert 'find_spec("helpers")' in guard, f"{path.name}: no guard in the install cell"
+        assert cell.index(guard) < cell.index("metadata.distributions("), "the guard runs before the install"
+        guards[path.stem] = "import importlib.util\nimport os\n\n" + guard
     return guards
 
 

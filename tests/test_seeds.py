@@ -109,5 +109,17 @@ def test_deterministic_turns_on_torchs_deterministic_kernels(monkeypatch):
     finally:
         torch.use_deterministic_algorithms(before[0])
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = False, before[1]
-    with pytest.raises(ValueError, match=r"seed must be an int in \[0, 2\*\*32\), got -1; e.g. seed_everything\(42\)"):
+    with pytest.raises(ValueError, match=r"in \[0, 2\*\*32\), got -1; pass a whole number such as seed=42"):
         seed_everything(-1)
+
+
+def test_the_setup_call_seeds_a_rerun_the_same_and_refuses_a_bad_seed_in_its_own_words(capsys):
+    from helpers import start
+
+    start(seed=3)
+    first = torch.rand(4)
+    start(seed=3)
+    assert torch.equal(torch.rand(4), first)
+    assert "seed       : 3 (Python, NumPy and torch)" in capsys.readouterr().out
+    with pytest.raises(ValueError, match=r"got '3'; pass a whole number such as seed=42"):
+        start(seed="3")

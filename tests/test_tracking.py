@@ -142,8 +142,9 @@ def test_no_key_goes_offline_at_once_and_prints_the_sync_command(sandbox, capsys
     assert "no W&B key found" in run.reason and "WANDB_API_KEY" in run.reason
     assert os.environ["WANDB_MODE"] == "offline" and os.environ["WANDB_PROJECT"] == "kit-test"
     assert run.run_dir.is_dir() and run.run_dir.parent == sandbox.resolve() / "wandb"
-    assert run.sync_command in out
+    assert str(run.run_dir) in out and run.sync_command not in out, "the upload command comes with finish()"
     assert run.finish() == run.sync_command
+    assert run.sync_command in capsys.readouterr().out
     # the printed command is the right one: wandb itself accepts it (a dry run needs no network)
     dry = subprocess.run(
         [*shlex.split(run.sync_command), "--dry-run"],
@@ -154,6 +155,17 @@ def test_no_key_goes_offline_at_once_and_prints_the_sync_command(sandbox, capsys
         executable=str(Path(sys.executable).with_name("wandb")),
     )
     assert dry.returncode == 0 and "Would sync 1 run" in dry.stdout + dry.stderr, dry.stdout + dry.stderr
+
+
+def test_a_run_per_seed_says_why_it_is_offline_once_then_one_line_a_run(sandbox, capsys):
+    """Notebook 06 tracks one run per seed: the reason once, not three times."""
+    lines = []
+    for seed in (0, 1):
+        run = init_tracking("kit-test", {"seed": seed})
+        run.finish()
+        lines.append(capsys.readouterr().out.splitlines())
+    assert sum("no W&B key found" in line for line in lines[0] + lines[1]) <= 1
+    assert lines[1][0] == "wandb: offline (why: above)." and len(lines[1]) == 3, lines[1]
 
 
 def test_wandb_mode_offline_in_the_environment_is_honoured(sandbox, monkeypatch):

@@ -47,7 +47,10 @@ BRANCH = "main"
 # The distribution pyproject.toml names: the install cell does nothing where it is installed already.
 DISTRIBUTION = "compute-realities-kit"
 
-# The same text in every notebook (a test checks). What it does, in order:
+# The same text in every notebook (a test checks), folded under its title in Colab and JupyterLab.
+# What it does, in order:
+# 0. a `helpers` of the student's own (a helpers.py or helpers/ beside the notebook) that would hide
+#    the kit's is named with the rename that fixes it, before anything imports `helpers`;
 # 1. nothing at all where the kit is installed (a local clone after `make`, or the cell's second run,
 #    which is also the run after the restart of step 5); it asks for the distribution rather than
 #    for `import helpers`, a name another package may own;
@@ -73,16 +76,29 @@ DISTRIBUTION = "compute-realities-kit"
 # scripts/measure_install.py runs this very text against a local checkout and a venv that holds
 # torch, and reports what pip would download and which of the runtime's libraries it would replace.
 # $DISTRIBUTION, $REPOSITORY and $REF are filled in by install_cell().
-INSTALL_TEMPLATE = r"""# Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
-# nothing happens where the kit is installed already (a clone set up with `make`, or a second run).
+INSTALL_TEMPLATE = r"""# @title Install the kit (about a minute; nothing to do where it is installed)
+# Installs the kit and its pinned libraries. The runtime's own torch is kept, and nothing happens
+# where the kit is installed already (a clone set up with `make`, or a second run).
 import importlib
 import importlib.metadata as metadata
+import importlib.util
 import os
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
+
+# A helpers.py or helpers/ folder of yours would hide the kit's `helpers`: name it before anything imports it.
+found = importlib.util.find_spec("helpers")
+folders = list(found.submodule_search_locations or []) if found else []
+if found and not any(os.path.exists(os.path.join(folder, "env.py")) for folder in folders):
+    shadow = folders[0] if folders else found.origin  # your helpers/ folder, or your helpers.py
+    renamed = os.path.join(os.path.dirname(shadow), "my_" + os.path.basename(shadow))
+    raise RuntimeError(
+        f"{shadow} hides the course kit's `helpers` package. Rename it to {renamed} (any other name works), "
+        "then restart the session (Colab: Runtime > Restart session. Kaggle: Run > Restart & clear cell outputs)."
+    )
 
 if not any(metadata.distributions(name="$DISTRIBUTION")):
     repo, ref = "$REPOSITORY", "$REF"
@@ -145,8 +161,9 @@ def install_cell(repository: str = REPOSITORY, ref: str = BRANCH) -> str:
 
 INSTALL_CELL = install_cell()
 
-# A cell tagged "record" saves the run's figures for the tests (helpers.record): nothing for a
-# student to read, so its source starts folded (JupyterLab: jupyter.source_hidden; Colab: a form).
+# The install cell, and a cell tagged "record" (it saves the run's figures for the tests with
+# helpers.record): machinery, not lesson, so their source starts folded (JupyterLab:
+# jupyter.source_hidden; Colab: a form, which shows the install cell's "# @title" line).
 HIDDEN = {"jupyter": {"source_hidden": True}, "cellView": "form"}
 INSTALL_MARKER = '# %% tags=["install"]'
 SYNC_COMMAND = "make notebooks"
@@ -192,7 +209,7 @@ def build(source: Path, cell: str = INSTALL_CELL):
         cell.id = f"{source.stem[:2]}-{i:02d}"  # stable ids: a rebuild changes nothing
         tags = cell.metadata.get("tags")
         cell.metadata = {"tags": tags} if tags else {}
-        if "record" in (tags or ()):  # the kit's own bookkeeping: folded away in JupyterLab and Colab
+        if {"install", "record"} & set(tags or ()):  # the kit's own machinery: folded in JupyterLab and Colab
             cell.metadata.update(HIDDEN)
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None

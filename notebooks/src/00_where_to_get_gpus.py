@@ -3,23 +3,36 @@
 #
 # **Hardware:** any runtime. Best on a free Colab T4 or Kaggle's T4 x2; on a CPU it uses the small
 # model that ships with the course.
-# **Time:** about 1 minute on a T4 including the install (an estimate: not yet timed on one); 9 s on a CPU (measured on a 2-core Intel(R) Xeon(R) Processor, 2026-12-03).
+# **Time:** about 1 minute on a T4 including the install (an estimate: not yet timed on one); 12 s on a CPU (measured on a 2-core AMD EPYC, 2026-12-03).
 #
 # Research starts with whatever card a free notebook hands you; the skill is shaping the experiment
 # to that card. Below: where to get GPU time, what this card can do, and the largest model each
 # recipe fits on it, from measured bytes per parameter.
 
 # %% tags=["install"]
-# Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
-# nothing happens where the kit is installed already (a clone set up with `make`, or a second run).
+# @title Install the kit (about a minute; nothing to do where it is installed)
+# Installs the kit and its pinned libraries. The runtime's own torch is kept, and nothing happens
+# where the kit is installed already (a clone set up with `make`, or a second run).
 import importlib
 import importlib.metadata as metadata
+import importlib.util
 import os
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
+
+# A helpers.py or helpers/ folder of yours would hide the kit's `helpers`: name it before anything imports it.
+found = importlib.util.find_spec("helpers")
+folders = list(found.submodule_search_locations or []) if found else []
+if found and not any(os.path.exists(os.path.join(folder, "env.py")) for folder in folders):
+    shadow = folders[0] if folders else found.origin  # your helpers/ folder, or your helpers.py
+    renamed = os.path.join(os.path.dirname(shadow), "my_" + os.path.basename(shadow))
+    raise RuntimeError(
+        f"{shadow} hides the course kit's `helpers` package. Rename it to {renamed} (any other name works), "
+        "then restart the session (Colab: Runtime > Restart session. Kaggle: Run > Restart & clear cell outputs)."
+    )
 
 if not any(metadata.distributions(name="compute-realities-kit")):
     repo, ref = "compute-realities/finetune-kit", "main"
@@ -83,25 +96,11 @@ card = "T4"  # without a GPU, the "what fits" table is for this card: "T4", "L4"
 nf4_blocksize = 64  # weights per 4-bit block; each block also stores one scale (QLoRA uses 64)
 
 # %%
-# A helpers.py or helpers/ folder of yours would hide the kit's `helpers`: name it before anything imports it.
-import importlib.util
-import os
+# The setup in one call: one GPU (Kaggle shows two; the pin must come before CUDA starts), what this
+# machine is and the precision it trains in, and the seed, so a rerun draws the same numbers.
+import helpers
 
-found = importlib.util.find_spec("helpers")
-folders = list(found.submodule_search_locations or []) if found else []
-if found and not any(os.path.exists(os.path.join(folder, "env.py")) for folder in folders):
-    shadow = folders[0] if folders else found.origin  # your helpers/ folder, or your helpers.py
-    renamed = os.path.join(os.path.dirname(shadow), "my_" + os.path.basename(shadow))
-    raise RuntimeError(
-        f"{shadow} hides the course kit's `helpers` package. Rename it to {renamed} (any other name works), "
-        "then restart the session (Colab: Runtime > Restart session. Kaggle: Run > Restart & clear cell outputs)."
-    )
-
-# Kaggle's "GPU T4 x2" shows two cards to every notebook: this one trains on one (notebook 07 uses both).
-# The pin only works before anything starts CUDA, so it comes first.
-from helpers.env import use_one_gpu
-
-gpus_in_use = use_one_gpu()  # 1 on a GPU machine (one of Kaggle's two T4s), 0 without a GPU
+machine = helpers.start(seed=0)
 
 # %% [markdown]
 # ## Where the GPU time comes from
@@ -121,7 +120,6 @@ gpus_in_use = use_one_gpu()  # 1 on a GPU machine (one of Kaggle's two T4s), 0 w
 # bytes, 7.4 % more). A "16 GB" T4 is 15,360 MiB to `nvidia-smi`; PyTorch can use a little less:
 
 # %%
-import helpers
 from helpers import GIB, MIB  # bytes in a GiB (2**30) and in a MiB (2**20)
 from helpers.catalog import gpu_bytes
 
@@ -134,14 +132,17 @@ print(f"T4 to PyTorch:    {t4_torch_bytes / 1e9:.2f} GB = {t4_torch_bytes / GIB:
 #
 # ## Where is this notebook running?
 #
-# `describe()` reads the platform, each card's name, memory and *compute capability* (its hardware
-# generation: 7.5 for a T4, 8.0 for an A100).
+# `helpers.start()`, the setup cell at the top, made three calls you can also make yourself:
+# `use_one_gpu()` keeps this process on one card (Kaggle shows two), `describe()` reads the platform,
+# each card's name, memory and *compute capability* (its hardware generation: 7.5 for a T4, 8.0 for
+# an A100), and `seed_everything(0)` seeds Python, NumPy and torch. What `describe()` returns:
 
 # %%
 from helpers.env import describe
 
-machine = describe()
-print(machine.summary())
+machine = describe()  # the table the setup cell printed, as an object
+gpu_names = [g.name for g in machine.gpus] or ["none"]
+print(f"platform {machine.platform!r}, GPUs {gpu_names}, trains in {machine.precision.name}")
 
 # %% [markdown]
 # ## Which precision this card should train in
@@ -243,8 +244,9 @@ plt.show()
 #
 # ## Load a model
 #
-# `load_model` loads the model asked for; with no GPU, no internet or `smoke = True` it says so and
-# loads the course's small model (pre-trained on the course text), so every cell runs.
+# `load_model` loads the model asked for; with no GPU or no internet, or when the parameters cell asks
+# for it, it says so and loads the course's small model (pre-trained on the course text), so every
+# cell runs.
 
 # %%
 from helpers.models import is_embedded, load_model
@@ -375,6 +377,7 @@ helpers.record("chance_loss", round(chance_loss, 4))
 #
 # 1. Set `card = "A100-80GB"` in the parameters cell (on a CPU runtime). Predict the largest full
 #    fine-tune it holds. Does a 7B fit? Run all.
-# 2. Set `nf4_blocksize = 256`. Will NF4's bits per parameter go up or down? Run all and compare.
+# 2. Set `nf4_blocksize = 256`. Predict whether NF4's bits per parameter go up or down, and by how
+#    much. Run all and compare.
 #
 # Next: notebook 01, the memory bill line by line.

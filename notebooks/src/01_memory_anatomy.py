@@ -2,7 +2,7 @@
 # # 01 · Memory anatomy: where every byte of a training step goes
 #
 # **Hardware:** any runtime; a T4 shows the GPU's own peak beside the exact count.
-# **Time:** about 2 minutes on a T4 including the install (an estimate: not yet timed on one); 18 s on a CPU (measured on a 2-core Intel(R) Xeon(R) Processor, 2026-12-03).
+# **Time:** about 2 minutes on a T4 including the install (an estimate: not yet timed on one); 15 s on a CPU (measured on a 2-core AMD EPYC, 2026-12-03).
 #
 # "CUDA out of memory" says a job did not fit, not why. This notebook measures each line of one
 # training step's bill (weights, gradients, optimizer states, activations), predicts it from the
@@ -10,16 +10,29 @@
 # MiB and GiB (2^20 and 2^30 bytes; notebook 00).
 
 # %% tags=["install"]
-# Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
-# nothing happens where the kit is installed already (a clone set up with `make`, or a second run).
+# @title Install the kit (about a minute; nothing to do where it is installed)
+# Installs the kit and its pinned libraries. The runtime's own torch is kept, and nothing happens
+# where the kit is installed already (a clone set up with `make`, or a second run).
 import importlib
 import importlib.metadata as metadata
+import importlib.util
 import os
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
+
+# A helpers.py or helpers/ folder of yours would hide the kit's `helpers`: name it before anything imports it.
+found = importlib.util.find_spec("helpers")
+folders = list(found.submodule_search_locations or []) if found else []
+if found and not any(os.path.exists(os.path.join(folder, "env.py")) for folder in folders):
+    shadow = folders[0] if folders else found.origin  # your helpers/ folder, or your helpers.py
+    renamed = os.path.join(os.path.dirname(shadow), "my_" + os.path.basename(shadow))
+    raise RuntimeError(
+        f"{shadow} hides the course kit's `helpers` package. Rename it to {renamed} (any other name works), "
+        "then restart the session (Colab: Runtime > Restart session. Kaggle: Run > Restart & clear cell outputs)."
+    )
 
 if not any(metadata.distributions(name="compute-realities-kit")):
     repo, ref = "compute-realities/finetune-kit", "main"
@@ -85,25 +98,11 @@ plan_model = "Mistral-7B"  # a model from the course catalog, for the plan at th
 plan_card = "T4"  # the card to plan for: "T4", "L4", "A100-40GB", "A100-80GB", ...
 
 # %%
-# A helpers.py or helpers/ folder of yours would hide the kit's `helpers`: name it before anything imports it.
-import importlib.util
-import os
+# The setup in one call: one GPU (Kaggle shows two; the pin must come before CUDA starts), what this
+# machine is and the precision it trains in, and the seed, so a rerun draws the same numbers.
+import helpers
 
-found = importlib.util.find_spec("helpers")
-folders = list(found.submodule_search_locations or []) if found else []
-if found and not any(os.path.exists(os.path.join(folder, "env.py")) for folder in folders):
-    shadow = folders[0] if folders else found.origin  # your helpers/ folder, or your helpers.py
-    renamed = os.path.join(os.path.dirname(shadow), "my_" + os.path.basename(shadow))
-    raise RuntimeError(
-        f"{shadow} hides the course kit's `helpers` package. Rename it to {renamed} (any other name works), "
-        "then restart the session (Colab: Runtime > Restart session. Kaggle: Run > Restart & clear cell outputs)."
-    )
-
-# Kaggle's "GPU T4 x2" shows two cards to every notebook: this one trains on one (notebook 07 uses both).
-# The pin only works before anything starts CUDA, so it comes first.
-from helpers.env import use_one_gpu
-
-gpus_in_use = use_one_gpu()  # 1 on a GPU machine (one of Kaggle's two T4s), 0 without a GPU
+machine = helpers.start(seed=0)
 
 # %% [markdown]
 # ## The model and one batch
@@ -114,14 +113,10 @@ gpus_in_use = use_one_gpu()  # 1 on a GPU machine (one of Kaggle's two T4s), 0 w
 # %%
 import torch
 
-import helpers
 from helpers import GIB, MIB  # bytes in a GiB (2**30) and a MiB (2**20)
 from helpers.data import load_course_data
-from helpers.env import describe
 from helpers.models import is_embedded, load_model
 
-machine = describe()
-print(machine.summary())
 model, tokenizer = load_model(model_id, smoke=smoke)
 device = next(model.parameters()).device
 text = "\n\n".join(load_course_data()["response"])
@@ -508,8 +503,8 @@ helpers.record("plan_7b_t4_total_gib", round(steps[-1].estimate.total / GIB, 2))
 #
 # ## Change this, predict, run
 #
-# 1. Set `seq_len = 512` in the parameters cell. Which bars of the "one training step" plot grow,
-#    and by how much? Run all and compare.
-# 2. Set `plan_card = "A100-80GB"`. At which step does the plan stop now? Run all.
+# 1. Set `seq_len = 512` in the parameters cell. Predict which bars of the "one training step" plot
+#    grow, and by how much. Run all and compare.
+# 2. Set `plan_card = "A100-80GB"`. Predict the step at which the plan stops now. Run all.
 #
 # Next: notebook 02, mixed precision.

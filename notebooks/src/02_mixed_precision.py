@@ -3,22 +3,35 @@
 #
 # **Hardware:** any runtime. On a T4 it measures fp32, fp16 and bf16; on a CPU, fp32 against bf16 on
 # the small model that ships with the course.
-# **Time:** about 2 minutes on a T4 including the install (an estimate: not yet timed on one); 42 s on a CPU (measured on a 2-core Intel(R) Xeon(R) Processor, 2026-12-03).
+# **Time:** about 2 minutes on a T4 including the install (an estimate: not yet timed on one); 14 s on a CPU (measured on a 2-core AMD EPYC, 2026-12-03).
 #
 # Claim: 16 bits halve the memory of what they cover, and run faster on a GPU. Below: how fp16 breaks,
 # memory and time per precision, and a fine-tune with the Trainer recipe written out.
 
 # %% tags=["install"]
-# Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
-# nothing happens where the kit is installed already (a clone set up with `make`, or a second run).
+# @title Install the kit (about a minute; nothing to do where it is installed)
+# Installs the kit and its pinned libraries. The runtime's own torch is kept, and nothing happens
+# where the kit is installed already (a clone set up with `make`, or a second run).
 import importlib
 import importlib.metadata as metadata
+import importlib.util
 import os
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
+
+# A helpers.py or helpers/ folder of yours would hide the kit's `helpers`: name it before anything imports it.
+found = importlib.util.find_spec("helpers")
+folders = list(found.submodule_search_locations or []) if found else []
+if found and not any(os.path.exists(os.path.join(folder, "env.py")) for folder in folders):
+    shadow = folders[0] if folders else found.origin  # your helpers/ folder, or your helpers.py
+    renamed = os.path.join(os.path.dirname(shadow), "my_" + os.path.basename(shadow))
+    raise RuntimeError(
+        f"{shadow} hides the course kit's `helpers` package. Rename it to {renamed} (any other name works), "
+        "then restart the session (Colab: Runtime > Restart session. Kaggle: Run > Restart & clear cell outputs)."
+    )
 
 if not any(metadata.distributions(name="compute-realities-kit")):
     repo, ref = "compute-realities/finetune-kit", "main"
@@ -85,38 +98,11 @@ max_steps = 20  # optimizer steps of the fine-tune at the end (the course's own 
 learning_rate = 5e-4  # of that fine-tune
 
 # %%
-# A helpers.py or helpers/ folder of yours would hide the kit's `helpers`: name it before anything imports it.
-import importlib.util
-import os
-
-found = importlib.util.find_spec("helpers")
-folders = list(found.submodule_search_locations or []) if found else []
-if found and not any(os.path.exists(os.path.join(folder, "env.py")) for folder in folders):
-    shadow = folders[0] if folders else found.origin  # your helpers/ folder, or your helpers.py
-    renamed = os.path.join(os.path.dirname(shadow), "my_" + os.path.basename(shadow))
-    raise RuntimeError(
-        f"{shadow} hides the course kit's `helpers` package. Rename it to {renamed} (any other name works), "
-        "then restart the session (Colab: Runtime > Restart session. Kaggle: Run > Restart & clear cell outputs)."
-    )
-
-# Kaggle's "GPU T4 x2" shows two cards to every notebook: this one trains on one (notebook 07 uses both).
-# The pin only works before anything starts CUDA, so it comes first.
-from helpers.env import use_one_gpu
-
-gpus_in_use = use_one_gpu()  # 1 on a GPU machine (one of Kaggle's two T4s), 0 without a GPU
-
-# %% [markdown]
-# ## Where this runs
-#
-# The card decides which 16-bit format to use:
-
-# %%
+# The setup in one call: one GPU (Kaggle shows two; the pin must come before CUDA starts), what this
+# machine is and the precision it trains in, and the seed, so a rerun draws the same numbers.
 import helpers
-from helpers import MIB  # bytes in a MiB (2**20)
-from helpers.env import describe
 
-machine = describe()
-print(machine.summary())
+machine = helpers.start(seed=0)
 
 # %% [markdown]
 # ## Three formats, side by side
@@ -126,6 +112,8 @@ print(machine.summary())
 
 # %%
 import torch
+
+from helpers import MIB  # bytes in a MiB (2**20)
 
 formats = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 for name, dtype in formats.items():
@@ -453,7 +441,7 @@ plt.show()
 from transformers import Trainer, TrainingArguments
 from transformers.trainer_callback import PrinterCallback
 
-gpu = machine.gpus[0] if machine.gpus else None  # the card describe() found above
+gpu = machine.gpus[0] if machine.gpus else None  # the card helpers.start() found at the top
 use_bf16 = gpu is not None and gpu.capability >= (8, 0)
 use_fp16 = gpu is not None and not use_bf16
 args = TrainingArguments(
@@ -614,9 +602,9 @@ helpers.record("audit_codes", [f.code for f in findings])
 #
 # ## Change this, predict, run
 #
-# 1. Set `seq_len = 512` in the parameters cell. Will the bf16/fp32 activation ratio go up, down or
-#    stay? Run all and check.
-# 2. Set `learning_rate = 5e-5`. Will the held-out loss after the fine-tune be above or below this
-#    run's? Run all and compare.
+# 1. Set `seq_len = 512` in the parameters cell. Predict whether the bf16/fp32 activation ratio goes
+#    up, goes down or stays. Run all and check.
+# 2. Set `learning_rate = 5e-5`. Predict whether the held-out loss after the fine-tune lands above or
+#    below this run's. Run all and compare.
 #
 # Next: 03, gradient checkpointing.

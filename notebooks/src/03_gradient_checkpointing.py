@@ -4,7 +4,7 @@
 # **Hardware:** any runtime. On a T4 it sweeps SmolLM2-135M up to 2,048 tokens; on a CPU it uses
 # the small model that ships with the course (up to its 512 positions) and a pretend card for the
 # out-of-memory part.
-# **Time:** about 3 minutes on a T4 including the install (an estimate: not yet timed on one); 21 s on a CPU (measured on a 2-core Intel(R) Xeon(R) Processor, 2026-12-03).
+# **Time:** about 3 minutes on a T4 including the install (an estimate: not yet timed on one); 14 s on a CPU (measured on a 2-core AMD EPYC, 2026-12-03).
 #
 # In the forward pass, autograd keeps what each layer needs for the backward pass: the
 # *activations*. They grow with batch size and sequence length. Gradient checkpointing
@@ -16,16 +16,29 @@
 # 3. writes the Trainer recipe out in plain transformers, then with the kit's shortcut.
 
 # %% tags=["install"]
-# Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
-# nothing happens where the kit is installed already (a clone set up with `make`, or a second run).
+# @title Install the kit (about a minute; nothing to do where it is installed)
+# Installs the kit and its pinned libraries. The runtime's own torch is kept, and nothing happens
+# where the kit is installed already (a clone set up with `make`, or a second run).
 import importlib
 import importlib.metadata as metadata
+import importlib.util
 import os
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
+
+# A helpers.py or helpers/ folder of yours would hide the kit's `helpers`: name it before anything imports it.
+found = importlib.util.find_spec("helpers")
+folders = list(found.submodule_search_locations or []) if found else []
+if found and not any(os.path.exists(os.path.join(folder, "env.py")) for folder in folders):
+    shadow = folders[0] if folders else found.origin  # your helpers/ folder, or your helpers.py
+    renamed = os.path.join(os.path.dirname(shadow), "my_" + os.path.basename(shadow))
+    raise RuntimeError(
+        f"{shadow} hides the course kit's `helpers` package. Rename it to {renamed} (any other name works), "
+        "then restart the session (Colab: Runtime > Restart session. Kaggle: Run > Restart & clear cell outputs)."
+    )
 
 if not any(metadata.distributions(name="compute-realities-kit")):
     repo, ref = "compute-realities/finetune-kit", "main"
@@ -93,25 +106,11 @@ train_steps = 20  # optimizer steps of the short fine-tune at the end
 learning_rate = 2e-4  # of that fine-tune
 
 # %%
-# A helpers.py or helpers/ folder of yours would hide the kit's `helpers`: name it before anything imports it.
-import importlib.util
-import os
+# The setup in one call: one GPU (Kaggle shows two; the pin must come before CUDA starts), what this
+# machine is and the precision it trains in, and the seed, so a rerun draws the same numbers.
+import helpers
 
-found = importlib.util.find_spec("helpers")
-folders = list(found.submodule_search_locations or []) if found else []
-if found and not any(os.path.exists(os.path.join(folder, "env.py")) for folder in folders):
-    shadow = folders[0] if folders else found.origin  # your helpers/ folder, or your helpers.py
-    renamed = os.path.join(os.path.dirname(shadow), "my_" + os.path.basename(shadow))
-    raise RuntimeError(
-        f"{shadow} hides the course kit's `helpers` package. Rename it to {renamed} (any other name works), "
-        "then restart the session (Colab: Runtime > Restart session. Kaggle: Run > Restart & clear cell outputs)."
-    )
-
-# Kaggle's "GPU T4 x2" shows two cards to every notebook: this one trains on one (notebook 07 uses both).
-# The pin only works before anything starts CUDA, so it comes first.
-from helpers.env import use_one_gpu
-
-gpus_in_use = use_one_gpu()  # 1 on a GPU machine (one of Kaggle's two T4s), 0 without a GPU
+machine = helpers.start(seed=0)
 
 # %% [markdown]
 # ## The model and the data
@@ -123,13 +122,10 @@ gpus_in_use = use_one_gpu()  # 1 on a GPU machine (one of Kaggle's two T4s), 0 w
 # %%
 import torch
 
-import helpers
 from helpers import GIB, MIB  # bytes in a GiB (2**30) and a MiB (2**20)
 from helpers.data import pack_course_data
-from helpers.env import describe
 from helpers.models import load_model
 
-machine = describe()
 model, tokenizer = load_model(model_id, smoke=smoke, dtype=torch.float32)
 model.train()  # checkpointing only acts in training mode
 model.config.use_cache = False  # the generation cache is for generating; training never reads it
@@ -464,25 +460,6 @@ answer_q03_4 = None  # one letter, in quotes
 check("q03_4", answer_q03_4)
 
 # %% [markdown]
-# ## In this notebook we:
-#
-# - measured activations and step time against sequence length, with checkpointing off and on:
-#   a fraction of the memory for at most one more forward pass per step;
-# - predicted a T4's out-of-memory error before loading anything, and saw that the activations,
-#   not the model, overflow the card;
-# - reproduced the error on a pretend card, fixed it with checkpointing, and fine-tuned there with
-#   `TrainingArguments(gradient_checkpointing=True)`, written out and with the kit's shortcut.
-#
-# ## Change this, predict, run
-#
-# 1. Set `per_device_batch = 4` in the parameters cell. Predict how both lines of the memory plot
-#    move, and whether the ratio printed at the longest length changes. Run all.
-# 2. Set `t4_batch = 1`. Predict whether the full fine-tune fits a T4 without checkpointing now.
-#    Run all and read the estimator's lines.
-#
-# Next: notebook 04 gets a large batch's gradients at a small batch's memory.
-
-# %% [markdown]
 # The cell below saves this run's figures for the course's own tests; you can skip it.
 
 # %% tags=["record"]
@@ -512,3 +489,22 @@ helpers.record("loss_before", round(loss_before, 4))
 helpers.record("loss_after", round(loss_after, 4))
 helpers.record("train_loss", round(result.training_loss, 4))
 helpers.record("live_readout_steps", live.summary["steps"])
+
+# %% [markdown]
+# ## In this notebook we:
+#
+# - measured activations and step time against sequence length, with checkpointing off and on:
+#   a fraction of the memory for at most one more forward pass per step;
+# - predicted a T4's out-of-memory error before loading anything, and saw that the activations,
+#   not the model, overflow the card;
+# - reproduced the error on a pretend card, fixed it with checkpointing, and fine-tuned there with
+#   `TrainingArguments(gradient_checkpointing=True)`, written out and with the kit's shortcut.
+#
+# ## Change this, predict, run
+#
+# 1. Set `per_device_batch = 4` in the parameters cell. Predict how both lines of the memory plot
+#    move, and whether the ratio printed at the longest length changes. Run all.
+# 2. Set `t4_batch = 1`. Predict whether the full fine-tune fits a T4 without checkpointing now.
+#    Run all and read the estimator's lines.
+#
+# Next: notebook 04 gets a large batch's gradients at a small batch's memory.

@@ -3,7 +3,7 @@
 #
 # **Hardware:** any runtime. A T4 runs it on SmolLM2-135M; a CPU on the small model that ships
 # with the course.
-# **Time:** about 2 minutes on a T4 including the install (an estimate: not yet timed on one); 30 s on a CPU (measured on a 2-core Intel(R) Xeon(R) Processor, 2026-12-03).
+# **Time:** about 2 minutes on a T4 including the install (an estimate: not yet timed on one); 14 s on a CPU (measured on a 2-core AMD EPYC, 2026-12-03).
 #
 # When the batch you want does not fit, run it in *micro-batches*: forward and backward on each,
 # let the gradients add up, step the optimizer once. This notebook proves it gives the large
@@ -11,16 +11,29 @@
 # out-of-memory error by trading batch for accumulation.
 
 # %% tags=["install"]
-# Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
-# nothing happens where the kit is installed already (a clone set up with `make`, or a second run).
+# @title Install the kit (about a minute; nothing to do where it is installed)
+# Installs the kit and its pinned libraries. The runtime's own torch is kept, and nothing happens
+# where the kit is installed already (a clone set up with `make`, or a second run).
 import importlib
 import importlib.metadata as metadata
+import importlib.util
 import os
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
+
+# A helpers.py or helpers/ folder of yours would hide the kit's `helpers`: name it before anything imports it.
+found = importlib.util.find_spec("helpers")
+folders = list(found.submodule_search_locations or []) if found else []
+if found and not any(os.path.exists(os.path.join(folder, "env.py")) for folder in folders):
+    shadow = folders[0] if folders else found.origin  # your helpers/ folder, or your helpers.py
+    renamed = os.path.join(os.path.dirname(shadow), "my_" + os.path.basename(shadow))
+    raise RuntimeError(
+        f"{shadow} hides the course kit's `helpers` package. Rename it to {renamed} (any other name works), "
+        "then restart the session (Colab: Runtime > Restart session. Kaggle: Run > Restart & clear cell outputs)."
+    )
 
 if not any(metadata.distributions(name="compute-realities-kit")):
     repo, ref = "compute-realities/finetune-kit", "main"
@@ -86,25 +99,11 @@ train_steps = 10  # optimizer steps of the fine-tune at the end
 learning_rate = 2e-4  # of that fine-tune
 
 # %%
-# A helpers.py or helpers/ folder of yours would hide the kit's `helpers`: name it before anything imports it.
-import importlib.util
-import os
+# The setup in one call: one GPU (Kaggle shows two; the pin must come before CUDA starts), what this
+# machine is and the precision it trains in, and the seed, so a rerun draws the same numbers.
+import helpers
 
-found = importlib.util.find_spec("helpers")
-folders = list(found.submodule_search_locations or []) if found else []
-if found and not any(os.path.exists(os.path.join(folder, "env.py")) for folder in folders):
-    shadow = folders[0] if folders else found.origin  # your helpers/ folder, or your helpers.py
-    renamed = os.path.join(os.path.dirname(shadow), "my_" + os.path.basename(shadow))
-    raise RuntimeError(
-        f"{shadow} hides the course kit's `helpers` package. Rename it to {renamed} (any other name works), "
-        "then restart the session (Colab: Runtime > Restart session. Kaggle: Run > Restart & clear cell outputs)."
-    )
-
-# Kaggle's "GPU T4 x2" shows two cards to every notebook: this one trains on one (notebook 07 uses both).
-# The pin only works before anything starts CUDA, so it comes first.
-from helpers.env import use_one_gpu
-
-gpus_in_use = use_one_gpu()  # 1 on a GPU machine (one of Kaggle's two T4s), 0 without a GPU
+machine = helpers.start(seed=0)
 
 # %% [markdown]
 # ## The effective batch
@@ -114,7 +113,6 @@ gpus_in_use = use_one_gpu()  # 1 on a GPU machine (one of Kaggle's two T4s), 0 w
 # other two.
 
 # %%
-import helpers
 from helpers import MIB  # bytes in a MiB (2**20)
 from helpers.training import effective_batch_size
 
@@ -290,9 +288,7 @@ findings = audit({**settings, "seed": 42, "report_to": "wandb"}, reported_batch=
 # %%
 from transformers import PrinterCallback, Trainer, TrainingArguments
 
-from helpers.env import describe
-
-precision = describe().precision.name
+precision = machine.precision.name
 start_batch = 8  # the per-device batch the card runs out of memory at
 args = TrainingArguments(
     output_dir="build/checkpoints",
@@ -433,6 +429,26 @@ answer_q04_4 = None  # one letter, in quotes
 check("q04_4", answer_q04_4)
 
 # %% [markdown]
+# The cell below saves this run's figures for the course's own tests; you can skip it.
+
+# %% tags=["record"]
+helpers.record("effective_batch", effective_batch)
+helpers.record("accumulation_max_abs_diff", max_diff)
+helpers.record("activation_ratio_micro_to_batch", round(saved_micro.bytes / saved_big.bytes, 4))
+helpers.record("variable_length_tokens", tokens)
+helpers.record("variable_length_naive_max_abs_diff", naive_error)
+helpers.record("variable_length_token_sum_max_abs_diff", right_error)
+helpers.record("variable_length_relative_error", {k: float(f"{v:.4g}") for k, v in error.items()})
+helpers.record("audit_codes", [f.code for f in findings])
+helpers.record("args_differ_from_shortcut", differ)
+helpers.record("fit_tried", [list(t) for t in fitted.tried])
+helpers.record("trainer_passes_num_items", trainers[-1].model_accepts_loss_kwargs)
+helpers.record("train_losses", [round(x, 4) for x in train_losses])
+helpers.record("loss_before", round(loss_before, 4))
+helpers.record("loss_after", round(loss_after, 4))
+helpers.record("train_loss", round(fitted.result.training_loss, 4))
+
+# %% [markdown]
 # ## In this notebook we:
 #
 # - computed the effective batch, per-device batch x accumulation steps x devices, and caught a
@@ -452,23 +468,3 @@ check("q04_4", answer_q04_4)
 #    shrinks with fewer, larger micro-batches. Run all.
 #
 # Next: notebook 05 makes a 7B model fit a 16 GB card with QLoRA.
-
-# %% [markdown]
-# The cell below saves this run's figures for the course's own tests; you can skip it.
-
-# %% tags=["record"]
-helpers.record("effective_batch", effective_batch)
-helpers.record("accumulation_max_abs_diff", max_diff)
-helpers.record("activation_ratio_micro_to_batch", round(saved_micro.bytes / saved_big.bytes, 4))
-helpers.record("variable_length_tokens", tokens)
-helpers.record("variable_length_naive_max_abs_diff", naive_error)
-helpers.record("variable_length_token_sum_max_abs_diff", right_error)
-helpers.record("variable_length_relative_error", {k: float(f"{v:.4g}") for k, v in error.items()})
-helpers.record("audit_codes", [f.code for f in findings])
-helpers.record("args_differ_from_shortcut", differ)
-helpers.record("fit_tried", [list(t) for t in fitted.tried])
-helpers.record("trainer_passes_num_items", trainers[-1].model_accepts_loss_kwargs)
-helpers.record("train_losses", [round(x, 4) for x in train_losses])
-helpers.record("loss_before", round(loss_before, 4))
-helpers.record("loss_after", round(loss_after, 4))
-helpers.record("train_loss", round(fitted.result.training_loss, 4))

@@ -3,7 +3,7 @@
 #
 # **Hardware:** any runtime. On a T4 it measures and trains Qwen2.5-0.5B in 4 bits; on a CPU it
 # uses the small model that ships with the course, in 4 bits too.
-# **Time:** about 3 minutes on a T4 including the install (an estimate: not yet timed on one); 16 s on a CPU (measured on a 2-core Intel(R) Xeon(R) Processor, 2026-12-03).
+# **Time:** about 3 minutes on a T4 including the install (an estimate: not yet timed on one); 15 s on a CPU (measured on a 2-core AMD EPYC, 2026-12-03).
 #
 # NVIDIA sells the T4 as a 16 GB card; PyTorch sees 14.75 GiB of it, and a 7B model's weights in
 # 16 bits nearly fill that alone. QLoRA makes the fine-tune fit with three ideas, each measured
@@ -11,16 +11,29 @@
 # **LoRA adapters** trained on top. Then the estimator plans the capstone's Qwen2.5-7B on a T4.
 
 # %% tags=["install"]
-# Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
-# nothing happens where the kit is installed already (a clone set up with `make`, or a second run).
+# @title Install the kit (about a minute; nothing to do where it is installed)
+# Installs the kit and its pinned libraries. The runtime's own torch is kept, and nothing happens
+# where the kit is installed already (a clone set up with `make`, or a second run).
 import importlib
 import importlib.metadata as metadata
+import importlib.util
 import os
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
+
+# A helpers.py or helpers/ folder of yours would hide the kit's `helpers`: name it before anything imports it.
+found = importlib.util.find_spec("helpers")
+folders = list(found.submodule_search_locations or []) if found else []
+if found and not any(os.path.exists(os.path.join(folder, "env.py")) for folder in folders):
+    shadow = folders[0] if folders else found.origin  # your helpers/ folder, or your helpers.py
+    renamed = os.path.join(os.path.dirname(shadow), "my_" + os.path.basename(shadow))
+    raise RuntimeError(
+        f"{shadow} hides the course kit's `helpers` package. Rename it to {renamed} (any other name works), "
+        "then restart the session (Colab: Runtime > Restart session. Kaggle: Run > Restart & clear cell outputs)."
+    )
 
 if not any(metadata.distributions(name="compute-realities-kit")):
     repo, ref = "compute-realities/finetune-kit", "main"
@@ -92,25 +105,11 @@ plan_batch = 1  # per-device batch of the 7B job, the capstone's (its effective 
 plan_seq_len = 512  # tokens per sequence of the 7B job
 
 # %%
-# A helpers.py or helpers/ folder of yours would hide the kit's `helpers`: name it before anything imports it.
-import importlib.util
-import os
+# The setup in one call: one GPU (Kaggle shows two; the pin must come before CUDA starts), what this
+# machine is and the precision it trains in, and the seed, so a rerun draws the same numbers.
+import helpers
 
-found = importlib.util.find_spec("helpers")
-folders = list(found.submodule_search_locations or []) if found else []
-if found and not any(os.path.exists(os.path.join(folder, "env.py")) for folder in folders):
-    shadow = folders[0] if folders else found.origin  # your helpers/ folder, or your helpers.py
-    renamed = os.path.join(os.path.dirname(shadow), "my_" + os.path.basename(shadow))
-    raise RuntimeError(
-        f"{shadow} hides the course kit's `helpers` package. Rename it to {renamed} (any other name works), "
-        "then restart the session (Colab: Runtime > Restart session. Kaggle: Run > Restart & clear cell outputs)."
-    )
-
-# Kaggle's "GPU T4 x2" shows two cards to every notebook: this one trains on one (notebook 07 uses both).
-# The pin only works before anything starts CUDA, so it comes first.
-from helpers.env import use_one_gpu
-
-gpus_in_use = use_one_gpu()  # 1 on a GPU machine (one of Kaggle's two T4s), 0 without a GPU
+machine = helpers.start(seed=0)
 
 # %% [markdown]
 # ## This machine, 4-bit, and the model
@@ -122,13 +121,10 @@ import gc
 
 import torch
 
-import helpers
 from helpers import GIB, MIB  # bytes in a GiB (2**30) and a MiB (2**20)
-from helpers.env import check_4bit, describe
+from helpers.env import check_4bit
 from helpers.models import is_embedded, load_model
 
-machine = describe()
-print(machine.summary())
 four_bit_ok, message = check_4bit()
 print(message)
 if not four_bit_ok:
@@ -551,26 +547,6 @@ answer_q05_4 = None  # one letter, in quotes
 check("q05_4", answer_q05_4)
 
 # %% [markdown]
-# ## In this notebook we:
-#
-# - measured the same model in fp32, bf16, int8 and NF4, constants included, and plotted the
-#   bytes per weight; saw that embeddings and head stay unquantized (14 % of Qwen2.5-7B);
-# - measured double quantization's saving, 0.5 to 0.127 bits per weight, and where it stops paying;
-# - wrote QLoRA out with `BitsAndBytesConfig`, `prepare_model_for_kbit_training`, `LoraConfig` and
-#   `get_peft_model`, and got the same model from the kit's `load_qlora`;
-# - trained it: the loss fell, only the adapters changed, the activations matched the estimate;
-# - planned Qwen2.5-7B on a T4: only QLoRA fits.
-#
-# ## Change this, predict, run
-#
-# 1. Set `lora_r = 64`, the QLoRA paper's rank. Predict the trainable parameters (of this model
-#    and of the 7B) and whether the 7B plan still fits. Run all.
-# 2. Set `plan_model = "Mistral-7B"` (a 32,000-token vocabulary). Predict whether its weights
-#    line is larger or smaller than Qwen2.5-7B's, and why. Run all.
-#
-# Next: notebook 06 tracks experiments and seeds.
-
-# %% [markdown]
 # The cell below saves this run's figures for the course's own tests; you can skip it.
 
 # %% tags=["record"]
@@ -609,3 +585,23 @@ helpers.record("plan_7b_total_gib", round(steps[-1].estimate.total / GIB, 2))
 helpers.record("plan_7b_fits", steps[-1].fits)
 helpers.record("qlora_7b_weights_gib", round(qlora.weights / GIB, 2))
 helpers.record("qlora_7b_unquantized_gib", round(4 * kept_7b / GIB, 2))
+
+# %% [markdown]
+# ## In this notebook we:
+#
+# - measured the same model in fp32, bf16, int8 and NF4, constants included, and plotted the
+#   bytes per weight; saw that embeddings and head stay unquantized (14 % of Qwen2.5-7B);
+# - measured double quantization's saving, 0.5 to 0.127 bits per weight, and where it stops paying;
+# - wrote QLoRA out with `BitsAndBytesConfig`, `prepare_model_for_kbit_training`, `LoraConfig` and
+#   `get_peft_model`, and got the same model from the kit's `load_qlora`;
+# - trained it: the loss fell, only the adapters changed, the activations matched the estimate;
+# - planned Qwen2.5-7B on a T4: only QLoRA fits.
+#
+# ## Change this, predict, run
+#
+# 1. Set `lora_r = 64`, the QLoRA paper's rank. Predict the trainable parameters (of this model
+#    and of the 7B) and whether the 7B plan still fits. Run all.
+# 2. Set `plan_model = "Mistral-7B"` (a 32,000-token vocabulary). Predict whether its weights
+#    line is larger or smaller than Qwen2.5-7B's, and why. Run all.
+#
+# Next: notebook 06 tracks experiments and seeds.

@@ -4,23 +4,36 @@
 # **Hardware:** any runtime. On a T4 it fine-tunes SmolLM2-135M; on a CPU it uses the kit's tiny built-in
 # model. Runs go to Weights & Biases when a key is set (a Colab or Kaggle secret named `WANDB_API_KEY`),
 # and are saved offline, to upload later, when not.
-# **Time:** about 3 minutes on a T4 including the install (an estimate: not yet timed on one); 27 s on a CPU (measured on a 2-core Intel(R) Xeon(R) Processor, 2026-12-03).
+# **Time:** about 3 minutes on a T4 including the install (an estimate: not yet timed on one); 33 s on a CPU (measured on a 2-core AMD EPYC, 2026-12-03).
 #
 # A fine-tuning result is one draw from a random process. This notebook tracks runs with wandb, repeats a
 # run exactly with a seed, measures which learning rate suits LoRA and which a full fine-tune, measures the
 # spread across seeds, and reads back the config saved next to a checkpoint.
 
 # %% tags=["install"]
-# Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
-# nothing happens where the kit is installed already (a clone set up with `make`, or a second run).
+# @title Install the kit (about a minute; nothing to do where it is installed)
+# Installs the kit and its pinned libraries. The runtime's own torch is kept, and nothing happens
+# where the kit is installed already (a clone set up with `make`, or a second run).
 import importlib
 import importlib.metadata as metadata
+import importlib.util
 import os
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
+
+# A helpers.py or helpers/ folder of yours would hide the kit's `helpers`: name it before anything imports it.
+found = importlib.util.find_spec("helpers")
+folders = list(found.submodule_search_locations or []) if found else []
+if found and not any(os.path.exists(os.path.join(folder, "env.py")) for folder in folders):
+    shadow = folders[0] if folders else found.origin  # your helpers/ folder, or your helpers.py
+    renamed = os.path.join(os.path.dirname(shadow), "my_" + os.path.basename(shadow))
+    raise RuntimeError(
+        f"{shadow} hides the course kit's `helpers` package. Rename it to {renamed} (any other name works), "
+        "then restart the session (Colab: Runtime > Restart session. Kaggle: Run > Restart & clear cell outputs)."
+    )
 
 if not any(metadata.distributions(name="compute-realities-kit")):
     repo, ref = "compute-realities/finetune-kit", "main"
@@ -89,25 +102,11 @@ sweep_steps = 10  # optimizer steps per run of the sweep
 project = "kit-06-tracking"  # the wandb project the runs go to
 
 # %%
-# A helpers.py or helpers/ folder of yours would hide the kit's `helpers`: name it before anything imports it.
-import importlib.util
-import os
+# The setup in one call: one GPU (Kaggle shows two; the pin must come before CUDA starts), what this
+# machine is and the precision it trains in, and the seed, so a rerun draws the same numbers.
+import helpers
 
-found = importlib.util.find_spec("helpers")
-folders = list(found.submodule_search_locations or []) if found else []
-if found and not any(os.path.exists(os.path.join(folder, "env.py")) for folder in folders):
-    shadow = folders[0] if folders else found.origin  # your helpers/ folder, or your helpers.py
-    renamed = os.path.join(os.path.dirname(shadow), "my_" + os.path.basename(shadow))
-    raise RuntimeError(
-        f"{shadow} hides the course kit's `helpers` package. Rename it to {renamed} (any other name works), "
-        "then restart the session (Colab: Runtime > Restart session. Kaggle: Run > Restart & clear cell outputs)."
-    )
-
-# Kaggle's "GPU T4 x2" shows two cards to every notebook: this one trains on one (notebook 07 uses both).
-# The pin only works before anything starts CUDA, so it comes first.
-from helpers.env import use_one_gpu
-
-gpus_in_use = use_one_gpu()  # 1 on a GPU machine (one of Kaggle's two T4s), 0 without a GPU
+machine = helpers.start(seed=seeds[0])
 
 # %% [markdown]
 # ## The model and the data
@@ -120,13 +119,9 @@ import copy
 
 import torch
 
-import helpers
 from helpers.data import pack_course_data
-from helpers.env import describe
 from helpers.models import is_embedded, load_model
 
-machine = describe()
-print(machine.summary())
 base, tokenizer = load_model(model_id, smoke=smoke, dtype=torch.float32)  # fp32; a GPU trains it under autocast
 if is_embedded(base) and not torch.cuda.is_available():
     torch.set_num_threads(1)  # the tiny model's matrices are too small to share out: one CPU thread is fastest
@@ -151,7 +146,8 @@ from transformers import PrinterCallback, Trainer, TrainingArguments
 
 on_gpu = torch.cuda.is_available()
 bf16 = on_gpu and torch.cuda.get_device_capability()[0] >= 8  # bf16 from compute capability 8.0 (A100, L4)
-run = wandb.init(project=project, name="plain", mode="offline", config={"learning_rate": learning_rate})
+quiet = wandb.Settings(quiet=True)  # wandb's lines at the start, not its 20-line table of every value at the end
+run = wandb.init(project=project, name="plain", mode="offline", config={"learning_rate": learning_rate}, settings=quiet)
 plain_args = TrainingArguments(
     output_dir="build/plain",
     per_device_train_batch_size=per_device_batch,
@@ -221,17 +217,16 @@ print(f"arguments that differ: {differing or 'none'}; largest loss difference, s
 
 # %%
 import math
-import warnings
 
 import matplotlib.pyplot as plt
 from peft import LoraConfig, get_peft_model
 
 from helpers.seeds import seed_everything
 
-warnings.filterwarnings("ignore", ".*is_gradient_checkpointing", FutureWarning)  # peft's old name, not yours
 eval_settings = dict(report_to="none", disable_tqdm=True, dataloader_pin_memory=on_gpu)
 lora_config = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", lora_dropout=0.0, task_type="CAUSAL_LM")
 evaluator = Trainer(model=base, args=TrainingArguments("build/eval", **eval_settings), eval_dataset=eval_data)
+evaluator.remove_callback(PrinterCallback)  # it would print the metrics dict; the loss is all we read
 base_eval_loss = evaluator.evaluate()["eval_loss"]  # the starting point: before any fine-tuning
 
 
@@ -266,7 +261,7 @@ for method in sweep:
     print(f"{names[method]:>15}: " + ", ".join(f"{lr:g} -> {loss:.3f}" for lr, loss in sweep[method].items()))
 
 # %% [markdown]
-# Each curve is a valley: too small a rate barely leaves the dashed line, too large a rate overshoots. The
+# **What to see:** each curve is a valley: too small a rate barely leaves the dashed line, too large a rate overshoots. The
 # stars mark each method's best: LoRA's lies to the right. The values are this model's and this many
 # steps' (a small model takes large steps), not a rule for yours; the direction carries over. Starting points for real models:
 # 5e-5 for a full fine-tune (TrainingArguments' default, printed below) and 2e-4 for LoRA (the QLoRA authors'
@@ -373,8 +368,8 @@ print(
 )
 
 # %% [markdown]
-# Left: from the same start every curve falls, but each seed takes its own path (another order of the
-# data). Right: where each run ended. One seed would have reported one of those dots; the standard
+# **What to see:** on the left, from the same start every curve falls, but each seed takes its own path (another order of the
+# data); on the right, where each run ended. One seed would have reported one of those dots; the standard
 # deviation says how far the next run may land. A change that moves the mean by less than a couple of
 # standard deviations has not been shown to do anything: report mean, standard deviation and n.
 #

@@ -3,7 +3,7 @@
 #
 # **Hardware:** Kaggle's GPU T4 x2 (Settings > Accelerator), or any machine with several GPUs. Without a GPU,
 # two CPU processes stand in for the cards.
-# **Time:** about 3 minutes on Kaggle's T4 x2 including the install (an estimate: not yet timed on one); 13 s on a CPU (measured on a 2-core Intel(R) Xeon(R) Processor, 2026-12-03).
+# **Time:** about 3 minutes on Kaggle's T4 x2 including the install (an estimate: not yet timed on one); 14 s on a CPU (measured on a 2-core AMD EPYC, 2026-12-03).
 #
 # *Data parallel* training uses both of Kaggle's T4s: each card holds a whole copy of the model and trains
 # on its own share of every batch; after each backward pass the cards average their gradients (an
@@ -11,16 +11,29 @@
 # step time measured against one device, the effective batch counted.
 
 # %% tags=["install"]
-# Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
-# nothing happens where the kit is installed already (a clone set up with `make`, or a second run).
+# @title Install the kit (about a minute; nothing to do where it is installed)
+# Installs the kit and its pinned libraries. The runtime's own torch is kept, and nothing happens
+# where the kit is installed already (a clone set up with `make`, or a second run).
 import importlib
 import importlib.metadata as metadata
+import importlib.util
 import os
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
+
+# A helpers.py or helpers/ folder of yours would hide the kit's `helpers`: name it before anything imports it.
+found = importlib.util.find_spec("helpers")
+folders = list(found.submodule_search_locations or []) if found else []
+if found and not any(os.path.exists(os.path.join(folder, "env.py")) for folder in folders):
+    shadow = folders[0] if folders else found.origin  # your helpers/ folder, or your helpers.py
+    renamed = os.path.join(os.path.dirname(shadow), "my_" + os.path.basename(shadow))
+    raise RuntimeError(
+        f"{shadow} hides the course kit's `helpers` package. Rename it to {renamed} (any other name works), "
+        "then restart the session (Colab: Runtime > Restart session. Kaggle: Run > Restart & clear cell outputs)."
+    )
 
 if not any(metadata.distributions(name="compute-realities-kit")):
     repo, ref = "compute-realities/finetune-kit", "main"
@@ -85,6 +98,13 @@ max_steps = 20  # optimizer steps
 learning_rate = 5e-5  # a full fine-tune (every weight trains): TrainingArguments' default; LoRA starts at 2e-4
 seed = 42
 
+# %%
+# The setup in one call: what this machine is, read through NVML so CUDA stays unstarted, with both
+# cards visible (this notebook trains on every one). No seed here: each launched process seeds itself.
+import helpers
+
+machine = helpers.start(seed=None, one_gpu=False)
+
 # %% [markdown]
 # ## One rule: no CUDA in the notebook before the launch
 #
@@ -94,29 +114,11 @@ seed = 42
 # only inside the training function.
 
 # %%
-# A helpers.py or helpers/ folder of yours would hide the kit's `helpers`: name it before anything imports it.
-import importlib.util
-import os
-
-found = importlib.util.find_spec("helpers")
-folders = list(found.submodule_search_locations or []) if found else []
-if found and not any(os.path.exists(os.path.join(folder, "env.py")) for folder in folders):
-    shadow = folders[0] if folders else found.origin  # your helpers/ folder, or your helpers.py
-    renamed = os.path.join(os.path.dirname(shadow), "my_" + os.path.basename(shadow))
-    raise RuntimeError(
-        f"{shadow} hides the course kit's `helpers` package. Rename it to {renamed} (any other name works), "
-        "then restart the session (Colab: Runtime > Restart session. Kaggle: Run > Restart & clear cell outputs)."
-    )
-
 import torch
 
-import helpers
 from helpers import MIB  # bytes in a MiB (2**20)
-from helpers.env import describe
 from helpers.memory import read_gpu_memory
 
-machine = describe(use_nvml=True)
-print(machine.summary())
 cards = read_gpu_memory()
 for card in cards:
     print(card)
@@ -402,8 +404,8 @@ if backend == "gloo":
     )
 
 # %% [markdown]
-# Left: same recipe, same effective batch; the runs draw different batches, so the curves differ step by
-# step but not in level. Right: the time per step.
+# **What to see:** on the left, the same recipe and the same effective batch; the runs draw different batches, so the curves differ step by
+# step but not in level. On the right, the time per step.
 # On Kaggle's T4 x2 this measures the cards: each runs half the micro-batches, and the all-reduce adds time
 # to every step. On a CPU both "devices" share the same cores, so the bar says nothing about GPUs.
 #

@@ -3,22 +3,35 @@
 #
 # **Hardware:** a free Colab T4 (14.75 GiB as PyTorch reports it), one of Kaggle's T4s, or a rented A100. Without a GPU
 # or the Hub it runs the same cells on the kit's tiny built-in model.
-# **Time:** about 30 minutes on a T4 for the 7B model, download included (an estimate: not yet timed on one); 22 s on a CPU (measured on a 2-core Intel(R) Xeon(R) Processor, 2026-12-03).
+# **Time:** about 30 minutes on a T4 for the 7B model, download included (an estimate: not yet timed on one); 29 s on a CPU (measured on a 2-core AMD EPYC, 2026-12-03).
 #
 # The whole course in one run: the lesson's `TrainingArguments` on QLoRA, checkpoints that outlive the
 # runtime, a resume after a disconnect, an answer before and after, and the report a reviewer asks for.
 
 # %% tags=["install"]
-# Install the kit and its pinned libraries (about a minute). The runtime's own torch is kept, and
-# nothing happens where the kit is installed already (a clone set up with `make`, or a second run).
+# @title Install the kit (about a minute; nothing to do where it is installed)
+# Installs the kit and its pinned libraries. The runtime's own torch is kept, and nothing happens
+# where the kit is installed already (a clone set up with `make`, or a second run).
 import importlib
 import importlib.metadata as metadata
+import importlib.util
 import os
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
+
+# A helpers.py or helpers/ folder of yours would hide the kit's `helpers`: name it before anything imports it.
+found = importlib.util.find_spec("helpers")
+folders = list(found.submodule_search_locations or []) if found else []
+if found and not any(os.path.exists(os.path.join(folder, "env.py")) for folder in folders):
+    shadow = folders[0] if folders else found.origin  # your helpers/ folder, or your helpers.py
+    renamed = os.path.join(os.path.dirname(shadow), "my_" + os.path.basename(shadow))
+    raise RuntimeError(
+        f"{shadow} hides the course kit's `helpers` package. Rename it to {renamed} (any other name works), "
+        "then restart the session (Colab: Runtime > Restart session. Kaggle: Run > Restart & clear cell outputs)."
+    )
 
 if not any(metadata.distributions(name="compute-realities-kit")):
     repo, ref = "compute-realities/finetune-kit", "main"
@@ -93,25 +106,11 @@ disconnect_after_step = 22  # the simulated disconnect: the first session stops 
 max_new_tokens = 40  # the length of the answer generated before and after the fine-tune
 
 # %%
-# A helpers.py or helpers/ folder of yours would hide the kit's `helpers`: name it before anything imports it.
-import importlib.util
-import os
+# The setup in one call: one GPU (Kaggle shows two; the pin must come before CUDA starts), what this
+# machine is and the precision it trains in, and the seed, so a rerun draws the same numbers.
+import helpers
 
-found = importlib.util.find_spec("helpers")
-folders = list(found.submodule_search_locations or []) if found else []
-if found and not any(os.path.exists(os.path.join(folder, "env.py")) for folder in folders):
-    shadow = folders[0] if folders else found.origin  # your helpers/ folder, or your helpers.py
-    renamed = os.path.join(os.path.dirname(shadow), "my_" + os.path.basename(shadow))
-    raise RuntimeError(
-        f"{shadow} hides the course kit's `helpers` package. Rename it to {renamed} (any other name works), "
-        "then restart the session (Colab: Runtime > Restart session. Kaggle: Run > Restart & clear cell outputs)."
-    )
-
-# Kaggle's "GPU T4 x2" shows two cards to every notebook: this one trains on one (notebook 07 uses both).
-# The pin only works before anything starts CUDA, so it comes first.
-from helpers.env import use_one_gpu
-
-gpus_in_use = use_one_gpu()  # 1 on a GPU machine (one of Kaggle's two T4s), 0 without a GPU
+machine = helpers.start(seed=seed)
 
 # %% [markdown]
 # ## A folder that survives a disconnect
@@ -124,12 +123,9 @@ gpus_in_use = use_one_gpu()  # 1 on a GPU machine (one of Kaggle's two T4s), 0 w
 import shutil
 from pathlib import Path
 
-import helpers
 from helpers import GIB, MIB  # bytes in a GiB (2**30) and a MiB (2**20)
-from helpers.env import describe, detect_platform
+from helpers.env import detect_platform
 
-machine = describe()
-print(machine.summary())
 platform = detect_platform()
 if platform == "colab":
     try:
@@ -583,7 +579,7 @@ for step in twice:
     print(f"step {step}: loss {session1_losses[step]:.6f} in session 1, {session2_losses[step]:.6f} after the resume")
 
 # %% [markdown]
-# The dashed curve picks up at the last checkpoint, and where both sessions trained a step (gray band) they
+# **What to see:** the dashed curve picks up at the last checkpoint, and where both sessions trained a step (gray band) they
 # got the same loss: the checkpoint restored everything the next step depends on.
 #
 # ## After the fine-tune: the same question
@@ -620,7 +616,6 @@ run_config = trainer.model.config  # this run's model, for the estimates below
 # ask the same question: the greedy answer must be the trained model's, token for token.
 
 # %%
-import warnings
 
 from peft import PeftModel
 
@@ -633,8 +628,7 @@ def peak_bytes(readout):
 
 
 trainer, model = free_memory(trainer, model)
-with measure("reload") as reload_readout, warnings.catch_warnings():
-    warnings.filterwarnings("ignore", ".*is_gradient_checkpointing.*", FutureWarning)  # peft's old name, not yours
+with measure("reload") as reload_readout:
     base, tokenizer = load_qlora(model_id, smoke=smoke, checkpointing=False)
     reloaded = PeftModel.from_pretrained(base.unload(), adapter_dir)
 reloaded_ids, reloaded_logits = greedy_ids(reloaded, logits=True)
