@@ -192,8 +192,13 @@ def test_pip_gets_the_pins_and_the_runtimes_torch_and_a_failure_is_explained(tmp
 # kernel has psutil), not `unloadedlib`. The fake kit needs both, `loadedlib` only at a floor.
 FAKE_KIT_REQUIRES = ("loadedlib>=1.0", "unloadedlib")
 
-# What the fake kit carries of the real one: the module the cell runs after pip (helpers.install)
-KIT_MODULES = {"helpers/__init__.py": "", "helpers/install.py": (REPO_ROOT / "helpers" / "install.py").read_text()}
+# What the fake kit carries of the real one: the module the cell runs after pip (helpers.install), and
+# the file the cell's guard knows the kit's `helpers` by (helpers/env.py; empty here)
+KIT_MODULES = {
+    "helpers/__init__.py": "",
+    "helpers/env.py": "",
+    "helpers/install.py": (REPO_ROOT / "helpers" / "install.py").read_text(),
+}
 
 # Runs first in the venv's Python: the cell's own pip command, with GitHub's two URLs pointed at
 # local files (a stand-in requirements.txt and the fake kit's wheel) and PyPI at a folder of wheels.

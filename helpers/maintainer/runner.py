@@ -55,8 +55,7 @@ __all__ = [
     "write_summary",
 ]
 
-# What --smoke injects, for the notebooks whose parameters cell declares them: a quick run proves the
-# code path, so it times one step where a student's run takes the median of several (02 and 03).
+# What --smoke injects where the parameters cell declares it (a quick run times one step, not a median).
 SMOKE_PARAMETERS = {"smoke": True, "max_steps": 4, "timing_steps": 1}
 # seconds one cell may run before its notebook fails (--cell-timeout): see the module docstring
 CELL_TIMEOUT_S = {"smoke": 300.0, "full": 3600.0}
