@@ -19,6 +19,7 @@ every family shares with its own variations: split by family, each op's rule wou
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 # FP32_BYTES: autocast's residual stream, softmax and loss upcasts, LayerNorm statistics
@@ -98,7 +99,7 @@ class Forward:
         """Elements of one attention matrix (all heads, the whole micro-batch)."""
         return self.batch_size * self.shape.heads * self.seq_len * self.seq_len
 
-    @property
+    @cached_property  # read by every term of every layer: decided once per forward pass
     def kernel(self) -> str:
         """The attention kernel that runs (`_attention.attention_kernel`)."""
         s = self.shape
