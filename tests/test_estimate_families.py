@@ -112,8 +112,10 @@ def test_bad_models_name_the_cause_and_the_fix(model, message):
 
 def test_a_hub_id_offline_says_so_and_where_to_get_config_json(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ValueError, match=r"'Qwen/Qwen3-32B' is not in the catalog and the .*Hub does not answer: "):
+    with pytest.raises(ValueError, match=r"'Qwen/Qwen3-32B' is not in the catalog and the .*Hub does not answer") as e:
         shape_of("Qwen/Qwen3-32B")
+    assert "Qwen/Qwen3-32B/resolve/main/config.json" in str(e.value)
+    assert "--model ./config.json" in str(e.value) and "planner('./config.json', ...)" in str(e.value)
 
 
 def test_a_catalog_models_hub_id_needs_no_network(monkeypatch):

@@ -70,7 +70,10 @@ def hub_config(hub_id: str) -> dict:
     from helpers.models import hub_endpoint, hub_reachable
 
     url = f"{hub_endpoint()}/{hub_id}/resolve/main/config.json"
-    local = f"download {url} on a machine with internet and pass its path, e.g. --model ./config.json"
+    local = (
+        f"download {url} on a machine with internet and pass its path in place of {hub_id!r} "
+        "(the command line: --model ./config.json; a notebook: planner('./config.json', ...))"
+    )
     if not hub_reachable():
         raise ValueError(f"{hub_id!r} is not in the catalog and the Hugging Face Hub does not answer: {local}")
 
