@@ -27,6 +27,7 @@ requirements.txt or requirements-dev.txt changes. The kit is installed afresh ev
 
     make test-runtimes                         # both sessions (what .ci/run runs last)
     .venv/bin/python -m nox -s colab           # one
+    .venv/bin/python -m nox --install-only     # build (or check) the venvs, run nothing: before a CI run
 """
 
 from __future__ import annotations
@@ -116,6 +117,11 @@ def tools(runtime: str) -> list[str]:
     return [line for name, line in dev.items() if name not in kit and name not in runtime_pins and name != "nox"]
 
 
+def installing_only(session: nox.Session) -> bool:
+    """Whether nox was asked only to build the venvs (`nox --install-only`): session.run then runs nothing."""
+    return session.run("python", "-c", "pass", silent=True) is None
+
+
 def run_runtime(session: nox.Session, runtime: str, card: str) -> None:
     runtime_file, times = str(RUNTIMES_DIR / f"{runtime}.txt"), {}
     start = time.perf_counter()
@@ -124,6 +130,8 @@ def run_runtime(session: nox.Session, runtime: str, card: str) -> None:
         session.install("-c", runtime_file, *tools(runtime))
         stamp(runtime).write_text(key(runtime))
         times["runtime venv built"] = time.perf_counter() - start
+    if installing_only(session):
+        return
     session.run("python", "-m", "pip", "uninstall", "-q", "-y", DISTRIBUTION)  # the install cell brings it
     python = str(Path(session.bin) / "python")
     mark = time.perf_counter()
@@ -179,6 +187,8 @@ def device(session: nox.Session) -> None:
         session.install("-r", str(DEVICE_IMAGE))
         stamp("device").write_text(key("device"))
         times["image venv built"] = time.perf_counter() - start
+    if installing_only(session):
+        return
     mark = time.perf_counter()
     build = [sys.executable, "scripts/build_device_wheels.py"]
     wheels = subprocess.run(build, cwd=ROOT, capture_output=True, text=True)

@@ -244,6 +244,7 @@ def test_notebook_01_planner_redraws_the_bill_when_a_slider_moves(driver, lab, s
     notebook._wait(lambda: (driver.execute_script(PLANNER) or {}).get("image"), 60, "the planner's first plot")
     before = driver.execute_script(PLANNER)
     assert before["text"].strip().startswith("fits"), f"the planner's starting job should fit a T4: {before['text']}"
+    assert "\nassumes: the Hugging Face Trainer" in before["text"], "the stack the verdict assumes is on screen"
     notebook.screenshot("planner_before")
 
     for label in ("per-device batch", "seq_len"):  # both to their largest: 64 x 8192 tokens
@@ -265,3 +266,4 @@ def test_notebook_01_planner_redraws_the_bill_when_a_slider_moves(driver, lab, s
     notebook.screenshot("planner_after")
     assert after["readouts"][:2] == ["64", "8192"], after["readouts"]
     assert after["text"].strip().startswith("does not fit"), after["text"]
+    assert "What makes it fit, cheapest first" in after["text"], "a job that does not fit gets the ladder"

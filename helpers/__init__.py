@@ -8,10 +8,12 @@ notebook                    module (what it holds)
 02 mixed precision          training (precision, TrainingArguments), saved_tensors, audit
 03 gradient checkpointing   oom (pretend card, free_memory, fit_batch), live (live readout), audit
 04 gradient accumulation    training (effective batch), oom (fit_batch)
-05 QLoRA                    qlora (4-bit + LoRA in one call, footprint), plan
+05 QLoRA                    qlora (4-bit + LoRA in one call, footprint), plan, capstone (the 7B job of 05 and 08)
 06 experiment tracking      tracking (wandb without prompts), seeds, manifest
 07 Kaggle T4 x2             memory (read_gpu_memory: NVML, CUDA untouched)
-08 capstone                 resume (after a disconnect), manifest, live, qlora, planner
+08 capstone                 runs (which run folder: the same run, or a new one), resume (after a
+                            disconnect), manifest, live, qlora, planner
+06 and 08 (secrets)         tokens (HF_TOKEN, WANDB_API_KEY: env, login, Colab, Kaggle), share (push the adapter)
 every notebook              session (`start`: one GPU, the seed, the machine), results (`record`),
                             quickcheck/ (quick checks, grading)
 the install cell            install (what pip changed in the runtime; what it broke, mended or named)

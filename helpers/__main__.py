@@ -7,7 +7,7 @@ python -m helpers publish --repo OWNER/NAME --ref REF [--check]  # retarget badg
 python -m helpers plan --model Mistral-7B --gpu T4 --seq-len 512 [--qlora]  # what fits, and how
 python -m helpers gpu-proof --out DIR [--only A,B] [--order A,B] [--notebooks-budget S] [--time-limit S]  # 1 GPU
 python -m helpers export 08 --out DIR [--gpus N] [--card A100-80GB]  # train.py, accelerate config, Slurm job
-python -m helpers quickcheck student|grade|seal ...            # instructors: see python -m helpers.quickcheck -h
+python -m helpers quickcheck student|grade|key|seal ...        # instructors: see python -m helpers.quickcheck -h
 python -m helpers --version
 
 Installed with pip, the same commands are `course-kit run`, `course-kit plan ...`.
@@ -111,7 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     _plan_arguments(sub.add_parser("plan", help="estimate a fine-tune's memory on a card and plan what makes it fit"))
     _export_arguments(sub.add_parser("export", help="notebook 08 as train.py, an accelerate config and a Slurm job"))
     # listed for the help only: main() hands `quickcheck ...` to its own command line before parsing
-    sub.add_parser("quickcheck", help="instructors: student versions and grading (quickcheck -h for more)")
+    sub.add_parser("quickcheck", help="instructors: student versions, grading, answer key (quickcheck -h for more)")
     return parser
 
 
@@ -345,19 +345,10 @@ def _notebooks(args) -> int:
         return 2
 
 
-# what each attention kernel is called on screen (helpers/estimate/_attention.py decides which runs)
-KERNEL_NAMES = {
-    "eager": "eager (scores materialized)",
-    "math": "SDPA's math kernel (scores materialized)",
-    "flash": "flash",
-    "efficient": "memory-efficient",
-}
-
-
 def _plan(args) -> int:
     """Print the estimate for the job as asked, whether it fits, and the plan that makes it fit."""
-    from helpers.catalog import describe_card
-    from helpers.plan import format_plan, plan
+    from helpers.catalog import describe_card, model_notes
+    from helpers.plan import assumed_stack, format_plan, plan
 
     gpu = args.gpu  # a card name, or GiB as a float (_card)
     settings = dict(
@@ -383,10 +374,9 @@ def _plan(args) -> int:
     print(
         f"{args.model} ({asked.parameters / 1e9:.2f}B parameters, {asked.trainable / 1e6:,.1f}M trainable), "
         f"{s['method']}, {s['precision']}, batch {s['batch_size']} x {s['seq_len']} tokens, "
-        f"checkpointing {'on' if s['checkpointing'] else 'off'}, optimizer {s['optimizer']}, loop {s['loop']}, "
-        f"attention: {KERNEL_NAMES[asked.attention]}"
+        f"checkpointing {'on' if s['checkpointing'] else 'off'}, optimizer {s['optimizer']}, loop {s['loop']}"
     )
-    print(asked.table())
+    print("\n".join([*model_notes(args.model, args.seq_len), assumed_stack(asked), asked.table()]))
     shown = {"fits": "yes", "borderline": "borderline (within the estimator's known error)", "does not fit": "no"}
     print(f"fits {describe_card(gpu)}: {shown[steps[0].verdict]}")
     print(f"  {asked.verdict_line(gpu)}\n")

@@ -20,6 +20,7 @@ __all__ = [
     "MIB",
     "NotRegularFile",
     "environ",
+    "error_line",
     "ipython_shell",
     "quiet_libraries",
     "read_regular_file",
@@ -66,6 +67,12 @@ def read_regular_file(path: str | os.PathLike) -> bytes:
 def _not_regular(path, info: os.stat_result) -> str:
     link = f" (a symbolic link to {os.path.realpath(path)})" if os.path.islink(path) else ""
     return f"{Path(path).name} is {_KINDS.get(stat.S_IFMT(info.st_mode), 'something else')}{link}, not a regular file"
+
+
+def error_line(e: BaseException) -> str:
+    """An error in one line for a message: its type and the first line of its text (200 characters at most)."""
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0][:200]}" if lines else type(e).__name__
 
 
 def ipython_shell():

@@ -1,21 +1,40 @@
 """The shipped catalogs of models and cards, and one way to look a name up in them.
 
-Used by the estimator (notebook 01), `plan` (notebooks 01, 05, `python -m helpers plan`) and the
-training audit (notebooks 02-04). The catalogs are JSON under helpers/assets/catalog: "models"
-(architecture shapes of real models, with their Hub ids) and "gpus" (cards: memory, compute
-capability, where students find them). Pure Python: no torch, no network.
+Used by the estimator (notebook 01), `plan` (notebooks 01, 05, `python -m helpers plan`), the
+planner (01, 08) and the training audit (notebooks 02-04). The catalogs are JSON under
+helpers/assets/catalog: "models" (architecture shapes of real models, with their Hub ids, and the
+variants that share a model's shapes) and "gpus" (cards: memory, compute capability, where students
+find them). A model's name resolves here, once for the whole kit (`resolve_model`): the names
+students type ("Llama-3-8B", "Meta-Llama-3-8B-Instruct", "qwen2.5-7b-instruct") find the entry with
+the same shapes, and say what else differs. Pure Python: no torch, no network.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
+import re
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 from helpers._util import GIB
 
-__all__ = ["CATALOG_DIR", "card_capability", "describe_card", "find", "gpu_bytes", "load_catalog"]
+__all__ = [
+    "CATALOG_DIR",
+    "VARIANT_WORDS",
+    "ModelMatch",
+    "card_capability",
+    "describe_card",
+    "find",
+    "gpu_bytes",
+    "load_catalog",
+    "model_key",
+    "model_notes",
+    "nearest_models",
+    "resolve_model",
+]
 
 CATALOG_DIR = Path(__file__).parent / "assets" / "catalog"
 _KINDS = {"models": "model", "gpus": "GPU"}
@@ -55,6 +74,141 @@ def find(kind: str, name: str, *, otherwise: str = "") -> tuple[str, dict]:
         message = f"unknown {_KINDS[kind]} {name!r}: the catalog has {', '.join(entries)}"
         raise ValueError(message + (f". {otherwise}" if otherwise else ""))
     return match, json.loads(json.dumps(entries[match]))
+
+
+# words in a model's name that leave its shapes alone: instruct and chat tunes ("-Instruct", Gemma's
+# "-it"), base checkpoints ("-Base", "-pt"), converted or re-uploaded copies ("-hf", "meta-" before
+# Llama, unsloth's pre-quantized "-bnb-4bit")
+VARIANT_WORDS = frozenset({"meta", "hf", "instruct", "it", "chat", "base", "pt", "bnb", "4bit", "unsloth"})
+
+
+def model_key(text: str) -> str:
+    """A model's name reduced to what decides its shapes: no organization, no case, no variant words.
+
+    Example:
+        >>> model_key("meta-llama/Meta-Llama-3-8B-Instruct"), model_key("Llama3-8B")
+        ('llama-3-8b', 'llama-3-8b')
+    """
+    base = str(text).strip().lower().rsplit("/", 1)[-1]
+    base = re.sub(r"(?<=[a-z])(?=\d)", "-", base)  # "llama3" is "llama-3"; "8b" and "4bit" stay whole
+    return "-".join(t for t in re.split(r"[-_\s]+", base) if t and t not in VARIANT_WORDS)
+
+
+@dataclass(frozen=True)
+class ModelMatch:
+    """What a model's name resolved to: the catalog entry whose shapes the estimator reads."""
+
+    asked: str  # the name as typed
+    name: str  # the catalog entry
+    entry: dict  # its entry, with the variant's own shape (a larger vocabulary) applied
+    variant: str = ""  # the variant of that entry the name is, if the catalog lists one
+    note: str = ""  # what the student should know: "" for the entry's own name or Hub id
+
+    @property
+    def context(self) -> int | None:
+        """The longest sequence the model was trained for, in tokens, where the catalog says."""
+        return self.entry["variants"][self.variant]["context"] if self.variant else self.entry.get("context")
+
+
+@cache
+def _keys() -> dict[str, tuple[str, str]]:
+    """Every catalog name, Hub id and variant, by model_key: (the entry, the variant or "")."""
+    keys: dict[str, tuple[str, str]] = {}
+    for name, entry in _read("models").items():
+        for text in (name, entry.get("hub_id", "")):
+            keys.setdefault(model_key(text), (name, ""))
+        for variant, v in entry.get("variants", {}).items():
+            for text in (variant, v["hub_id"]):
+                keys.setdefault(model_key(text), (name, variant))
+    return keys
+
+
+def resolve_model(name: str) -> ModelMatch:
+    """The catalog entry a model's name stands for: its own name or Hub id, a variant, or the same name
+    with variant words (VARIANT_WORDS) in it, in any case; an unknown name gets the nearest ones.
+
+    Example:
+        >>> m = resolve_model("Meta-Llama-3-8B-Instruct")
+        >>> m.name, m.variant
+        ('Llama-3.1-8B', 'Llama-3-8B')
+    """
+    asked, entries = str(name).strip(), _read("models")
+    exact = {k.lower(): k for k in entries} | {e["hub_id"].lower(): k for k, e in entries.items()}
+    if asked.lower() in exact:
+        return ModelMatch(asked, exact[asked.lower()], json.loads(json.dumps(entries[exact[asked.lower()]])))
+    found = _keys().get(model_key(asked))
+    if found is None:
+        nearest = nearest_models(asked)
+        listed = f"the nearest are {', '.join(nearest)}" if nearest else f"it has {', '.join(entries)}"
+        raise ValueError(f"unknown model {asked!r}: the catalog has no such name; {listed}")
+    entry_name, variant = found
+    entry = json.loads(json.dumps(entries[entry_name]))
+    if not variant:
+        note = (
+            f"{asked} is read as the catalog's {entry_name} ({entry['hub_id']}): the same shapes, so the same "
+            "memory (an instruct, chat or base variant, or a re-upload: other weights)"
+        )
+        return ModelMatch(asked, entry_name, entry, note=note)
+    v = entry["variants"][variant]
+    entry["shape"].update(v.get("shape", {}))
+    return ModelMatch(asked, entry_name, entry, variant, _variant_note(asked, entry_name, variant))
+
+
+def _variant_note(asked: str, name: str, variant: str) -> str:
+    """What a variant shares with its catalog entry and what it does not, in the catalog's figures."""
+    entry = _read("models")[name]
+    v = entry["variants"][variant]
+    own = f"{variant} ({v['hub_id']})"
+    own = own if asked.lower() == variant.lower() else f"{asked} is read as {own}, which"
+    shape = [f"{_SHAPE_WORDS.get(k, k)} {n:,} ({name}: {entry['shape'][k]:,})" for k, n in v.get("shape", {}).items()]
+    differs = [f"context {v['context']:,} tokens ({name}: {entry['context']:,})"] * (v["context"] != entry["context"])
+    differs += [v["differs"]] if v.get("differs") else []
+    return (
+        f"{own} has the shapes of the catalog's {name}"
+        + (f" except its {', '.join(shape)}" if shape else "")
+        + (f"; it differs in: {'; '.join(differs)}" if differs else "")
+        + (f"; the estimate counts its own {_SHAPE_WORDS.get(next(iter(v['shape'])), 'shapes')}" if shape else "")
+        + ("" if shape else "; the same memory at a given seq_len")
+    )
+
+
+_SHAPE_WORDS = {"vocab": "vocabulary", "layers": "layer count", "hidden": "hidden size"}
+
+
+def model_notes(model, seq_len: int | None = None) -> list[str]:
+    """What a plan should say about the model it was asked for: the catalog entry a name was read as
+    (`resolve_model`), and a seq_len beyond the context the model was trained for. Empty for a config
+    or a name the catalog does not know.
+
+    Example:
+        >>> model_notes("Llama-3-8B", seq_len=16384)[-1]
+        'seq_len 16,384 is beyond the 8,192 tokens Llama-3-8B was trained for: past them its outputs degrade'
+    """
+    try:
+        match = resolve_model(model) if isinstance(model, str) else None
+    except ValueError:
+        return []
+    if match is None:
+        return []
+    notes = [match.note] if match.note else []
+    if seq_len is not None and match.context and seq_len > match.context:
+        notes.append(
+            f"seq_len {seq_len:,} is beyond the {match.context:,} tokens {match.variant or match.name} was trained "
+            "for: past them its outputs degrade"
+        )
+    return notes
+
+
+def nearest_models(name: str, n: int = 3) -> list[str]:
+    """The catalog's model and variant names closest to `name` (difflib, on `model_key`), closest first.
+
+    Example:
+        >>> nearest_models("Mistral-9B")
+        ['Mistral-7B', 'Mistral-Nemo-12B', 'Mistral-7B-v0.3']
+    """
+    keys = _keys()
+    close = difflib.get_close_matches(model_key(name), list(keys), n=2 * n, cutoff=0.5)
+    return list(dict.fromkeys(keys[k][1] or keys[k][0] for k in close))[:n]
 
 
 def gpu_bytes(gpu) -> int:

@@ -116,12 +116,15 @@ class Machine:
 
 
 def detect_platform(environ: dict[str, str] | None = None) -> str:
-    """Return "colab", "kaggle" or "local" from the variables each service sets."""
+    """Return "colab", "kaggle" or "local" from the variables each service sets.
+
+    Kaggle first: its image is built on Colab's, so it sets COLAB_RELEASE_TAG too (and may hold google.colab).
+    """
     environ = os.environ if environ is None else environ
-    if "COLAB_RELEASE_TAG" in environ or "COLAB_GPU" in environ or "google.colab" in sys.modules:
-        return "colab"
     if "KAGGLE_KERNEL_RUN_TYPE" in environ or "KAGGLE_URL_BASE" in environ:
         return "kaggle"
+    if "COLAB_RELEASE_TAG" in environ or "COLAB_GPU" in environ or "google.colab" in sys.modules:
+        return "colab"
     return "local"
 
 

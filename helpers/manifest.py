@@ -33,7 +33,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from helpers._callbacks import lazy_callbacks
-from helpers._checksums import file_checksums
+from helpers._checksums import file_checksums, rows_sha256
+from helpers._secrets import register_secret, registered_secrets  # register_secret: re-exported
 
 __all__ = [
     "MANIFEST_NAME",
@@ -54,7 +55,6 @@ _SECRET_NAME = re.compile(r"(TOKEN|API_KEY|APIKEY|SECRET|PASSWORD|PASSWD|CREDENT
 _SECRET_FIELD = re.compile(r"(api_key|apikey|secret|password|passwd|hub_token|hf_token|auth_token|access_token)$", re.I)
 _COMMIT = re.compile(r"[0-9a-f]{40}")  # a git commit hash, as the Hub cache names snapshots
 _MIN_SECRET_LEN = 8  # shorter values ("1", "true") are flags, not secrets, and would scrub everything
-_registered_secrets: set[str] = set()  # keys read from Colab / Kaggle secret stores, to scrub them too
 
 
 def load_manifest(checkpoint_dir: str | os.PathLike) -> dict:
@@ -107,8 +107,10 @@ class _ManifestWriter:
             "embedded" for the kit's tiny model).
         revision: the branch, tag or commit passed to `load_model` / `load_qlora`; the
             commit it points to is read from the local Hub cache (no network).
-        dataset: the training dataset whose fingerprint to record; default: the one the
-            Trainer's dataloader holds.
+        dataset: the training dataset whose fingerprint and SHA-256 of its rows to record; default:
+            the one the Trainer's dataloader holds.
+        seq_len: the tokens each example was cut to (`chat_dataset`'s seq_len), to record beside
+            the data; `helpers.runs.choose_run_folder` compares it (notebook 08).
         extra: anything else to keep with each checkpoint (JSON-safe values).
 
     Example:
@@ -117,9 +119,16 @@ class _ManifestWriter:
     """
 
     def __init__(
-        self, *, model_id: str | None = None, revision: str | None = None, dataset=None, extra: dict | None = None
+        self,
+        *,
+        model_id: str | None = None,
+        revision: str | None = None,
+        dataset=None,
+        seq_len: int | None = None,
+        extra: dict | None = None,
     ):
         self.model_id, self.revision, self.dataset, self.extra = model_id, revision, dataset, dict(extra or {})
+        self.seq_len = seq_len
         self.last_manifest: dict | None = None  # the latest manifest written, for a notebook to show
         self._static: dict | None = None  # the parts that do not change during a run
 
@@ -162,7 +171,7 @@ class _ManifestWriter:
             dataset = self.dataset if self.dataset is not None else getattr(train_dataloader, "dataset", None)
             self._static = {
                 "model": _model_section(model, self.model_id, self.revision),
-                "data": _data_section(dataset),
+                "data": _data_section(dataset, self.seq_len),
                 "packages": package_versions(),
                 "kit": _kit_version(),
                 "machine": _machine_section(),
@@ -258,13 +267,15 @@ def _hub_commit(name_or_path: str | None, revision: str | None, cache_dir=None) 
     return commit if _COMMIT.fullmatch(commit) else None
 
 
-def _data_section(dataset) -> dict:
+def _data_section(dataset, seq_len: int | None) -> dict:
     if dataset is None:
-        return {"fingerprint": None}
+        return {"fingerprint": None, "seq_len": seq_len}
     return {
         "fingerprint": getattr(dataset, "_fingerprint", None),  # datasets' hash of the data and its transforms
+        "sha256": rows_sha256(dataset),  # by content: the fingerprint changes with the file's date (helpers.runs)
         "num_rows": len(dataset) if hasattr(dataset, "__len__") else None,
         "type": type(dataset).__name__,
+        "seq_len": seq_len,
     }
 
 
@@ -389,16 +400,6 @@ def _write_json(path: Path, data: dict) -> None:
 # keeping secrets out
 
 
-def register_secret(value: str) -> None:
-    """Scrub `value` from every manifest and message from now on.
-
-    For a secret that is not in an environment variable (those are found by name): a key read
-    from Colab's or Kaggle's secret store, which `helpers.tracking.init_tracking` registers.
-    """
-    if value:
-        _registered_secrets.add(value)
-
-
 def scrub_secrets(obj):
     """Return a copy of a string or JSON-like object with every secret replaced by "<redacted>".
 
@@ -417,7 +418,7 @@ def scrub_secrets(obj):
 
 def _secret_values() -> list[str]:
     values = {v for k, v in os.environ.items() if _SECRET_NAME.search(k) and len(v) >= _MIN_SECRET_LEN}
-    values |= _registered_secrets
+    values |= registered_secrets()
     return sorted(values, key=len, reverse=True)  # longest first: a secret containing another is scrubbed whole
 
 

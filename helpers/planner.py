@@ -1,10 +1,12 @@
-"""A memory planner to play with: move a slider, see the bill and the verdict change.
+"""A memory planner to play with: move a slider, see the bill, the verdict and the way to fit change.
 
 Taught in notebook 01 (memory anatomy) and again in the capstone, notebook 08. Every figure comes
-from `helpers.estimate` (the same bill `python -m helpers plan` prints): the stacked bill of the
-training step and of the loading beside the card's usable memory, and the verdict. Where widgets
-cannot render (a headless run, a front end without the widget manager, such as Kaggle's at
-times) the same call prints the bill for its starting values, so the cell teaches anywhere.
+from `helpers.estimate`, and the ladder of changes that make a job fit from `helpers.plan.plan`
+(the same ladder `python -m helpers plan` prints): the stacked bill of the training step and of the
+loading beside the card's usable memory, the verdict, the stack the verdict assumes, what a model's
+name was read as, and, when the job does not fit, the ladder. Where widgets cannot render (a
+headless run, a front end without the widget manager, such as Kaggle's at times) the same call
+prints all of it for its starting values, so the cell teaches anywhere.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ from __future__ import annotations
 import io
 
 from helpers._util import GIB, ipython_shell
-from helpers.catalog import card_capability, describe_card, gpu_bytes, load_catalog
-from helpers.estimate import LOOPS, PRECISIONS, estimate_training_memory
+from helpers.catalog import describe_card, gpu_bytes, load_catalog, model_notes
+from helpers.estimate import LOOPS, PRECISIONS, SAFETY_MARGIN, shape_of
+from helpers.plan import OPTIMIZER_LABELS, assumed_stack, format_plan, plan
 
-__all__ = ["CARD_PRECISION", "CONTROLS", "SEGMENTS", "planner", "planner_figure", "planner_text"]
+__all__ = ["CARD_PRECISION", "CONTROLS", "SEGMENTS", "START", "planner", "planner_figure", "planner_text"]
 
 # the controls and their choices; the slider steps are the sizes people actually pick
 CONTROLS = {
@@ -23,8 +26,21 @@ CONTROLS = {
     "precision": PRECISIONS,
     "per_device_batch": (1, 2, 4, 8, 16, 32, 64),
     "seq_len": (128, 256, 512, 1024, 2048, 4096, 8192),
+    "lora_r": (4, 8, 16, 32, 64, 128),
+    "optimizer": ("adamw", "adamw_foreach", "paged_adamw_8bit", "adamw_8bit", "adafactor", "sgd"),
     "loop": LOOPS,
 }
+# where the planner starts unless the call says otherwise
+START = dict(
+    method="qlora",
+    per_device_batch=4,
+    seq_len=1024,
+    lora_r=16,
+    optimizer="adamw",
+    checkpointing=True,
+    fused_loss=False,
+    loop="trainer",
+)
 # the bill's segments, bottom to top, and their colours (one per term family of the estimator)
 SEGMENTS = {
     "weights": "#4c72b0",
@@ -34,19 +50,16 @@ SEGMENTS = {
     "allocator reserve": "#8172b3",
     "CUDA context": "#937860",
 }
-
-
 CARD_PRECISION = "(the card's)"  # the precision control's first choice: bf16 from compute capability 8.0, else fp16
 
 
-def _estimate(model, gpu, settings: dict):
-    """The estimate for these settings on `gpu` (a catalog card, or GiB), in the card's half precision
-    unless another is named."""
-    settings = dict(settings)
-    if settings.get("precision", CARD_PRECISION) == CARD_PRECISION:
-        capability = card_capability(gpu)
-        settings["precision"] = "bf16" if capability is None or capability >= (8, 0) else "fp16"
-    return estimate_training_memory(model, gpu=gpu if isinstance(gpu, str) else None, **settings)
+def _plan(model, gpu, settings: dict):
+    """The plan for these settings on `gpu` (a catalog card, or GiB): its first step is the job as asked,
+    in the card's half precision unless another is named."""
+    settings = {**START, **settings}
+    if settings.get("precision") == CARD_PRECISION:
+        del settings["precision"]  # plan() takes the card's
+    return plan(model, gpu, **settings)
 
 
 def _segments(e, loading: bool = False) -> dict[str, int]:
@@ -66,28 +79,44 @@ def _segments(e, loading: bool = False) -> dict[str, int]:
     }
 
 
+def _said(model, gpu, steps, seq_len: int) -> str:
+    """What the planner says under the bill: the verdict first, what the name was read as, the stack
+    the verdict assumes, and the ladder when the job does not fit as asked."""
+    asked = steps[0].estimate
+    lines = [asked.verdict_line(gpu), *model_notes(model, seq_len), assumed_stack(asked)]
+    if len(steps) > 1 or not steps[0].fits:
+        lines += ["", "What makes it fit, cheapest first (each step keeps the ones above it):", format_plan(steps, gpu)]
+    return "\n".join(lines)
+
+
 def planner_text(model, gpu="T4", **settings) -> str:
-    """The bill and the verdict as plain text: what the planner shows, for any front end."""
-    e = _estimate(model, gpu, settings)
-    return f"{model} on {describe_card(gpu)}\n{e.table()}\n{e.verdict_line(gpu)}"
+    """The bill, the verdict, the stack it assumes and the ladder as plain text: what the planner shows, for
+    any front end. `settings` as in `planner` (START unless given).
+
+    Example:
+        >>> print(planner_text("Llama-3-8B", "T4", per_device_batch=1, seq_len=2048))  # doctest: +SKIP
+    """
+    steps = _plan(model, gpu, settings)
+    seq_len = steps[0].estimate.settings["seq_len"]
+    return f"{model} on {describe_card(gpu)}\n{steps[0].estimate.table()}\n{_said(model, gpu, steps, seq_len)}"
 
 
 def planner_figure(model, gpu="T4", **settings):
     """The stacked bill of the training step and of the loading against the card's usable memory."""
+    return _figure(_plan(model, gpu, settings)[0].estimate, model, gpu)
+
+
+def _figure(e, model, gpu):
     from matplotlib.figure import Figure  # not pyplot: a figure the notebook's backend does not show twice
 
-    from helpers.estimate import SAFETY_MARGIN
-
-    e = _estimate(model, gpu, settings)
     card = gpu_bytes(gpu) / GIB
     fig = Figure(figsize=(7.5, 4))
     ax = fig.subplots()
     for x, loading in ((0, False), (1, True)):
         bottom = 0.0
         for name, size in _segments(e, loading).items():
-            ax.bar(
-                x, size / GIB, bottom=bottom, color=SEGMENTS[name], label=name if x == 0 or name == "weights" else None
-            )
+            label = name if x == 0 or name == "weights" else None
+            ax.bar(x, size / GIB, bottom=bottom, color=SEGMENTS[name], label=label)
             bottom += size / GIB
     ax.axhline(card, color="black", label=f"usable on {gpu if isinstance(gpu, str) else 'the card'}: {card:.2f} GiB")
     margin = SAFETY_MARGIN[e.settings["method"]]
@@ -103,39 +132,42 @@ def planner_figure(model, gpu="T4", **settings):
 
 
 def planner(model="Qwen2.5-1.5B", gpu="T4", **settings) -> None:
-    """Plan a fine-tune with controls: model, method, precision, per-device batch, sequence length,
-    checkpointing, loop and card; the bill is redrawn and the verdict said again at each change.
+    """Plan a fine-tune with controls: model, card, method, precision, per-device batch, sequence length,
+    LoRA rank, optimizer, checkpointing, a fused loss and the loop; at each change the bill is redrawn,
+    the verdict and the stack it assumes said again, and the ladder that makes the job fit listed.
 
-    Prints the bill for the starting values first, so a front end that cannot render widgets (or
-    a headless run) still shows it. `settings` are `estimate_training_memory`'s starting values
-    (method="qlora", per_device_batch=4, seq_len=1024, checkpointing=True, loop="trainer" unless given).
+    Prints all of it for the starting values first, so a front end that cannot render widgets (or a
+    headless run) still shows it. `settings` are `estimate_training_memory`'s starting values (START
+    unless given).
 
     The controls are shown with `IPython.display.display`; nothing is returned, so a notebook does
     not show them twice.
 
     Example:
-        >>> planner("Mistral-7B", "T4", method="qlora", seq_len=512)  # doctest: +SKIP
+        >>> planner("Llama-3-8B", "T4", method="qlora", seq_len=2048)  # doctest: +SKIP
     """
-    start = dict(method="qlora", per_device_batch=4, seq_len=1024, checkpointing=True, loop="trainer")
-    start.update(settings)
+    start = {**START, **settings}
     print(planner_text(model, gpu, **start))
     if ipython_shell() is None:
         return
     try:
         import ipywidgets as widgets
-    except ImportError:  # the bill above is the whole answer
+    except ImportError:  # the text above is the whole answer
         return
     _widgets(widgets, model, gpu, start)
 
 
-def _widgets(widgets, model, gpu, start: dict):
-    """The controls and the output area they redraw."""
-    from IPython.display import Image, clear_output, display
-
-    models = sorted(load_catalog("models"), key=str.lower)
+def _controls(widgets, model, gpu, start: dict) -> dict:
+    """The controls, by the setting each one sets (ipywidgets 7 and 8 alike)."""
+    catalog = load_catalog("models")
+    names = sorted({*catalog, *(v for e in catalog.values() for v in e.get("variants", {}))}, key=str.lower)
     cards = list(load_catalog("gpus"))
-    controls = {
-        "model": widgets.Combobox(value=model, options=models, description="model", ensure_option=False),
+    slider = widgets.SelectionSlider
+    return {
+        # continuous_update=False: a name typed in is read once, on Enter, not at every keystroke
+        "model": widgets.Combobox(
+            value=model, options=names, description="model", ensure_option=False, continuous_update=False
+        ),
         "gpu": widgets.Dropdown(options=cards, value=gpu if gpu in cards else cards[0], description="card"),
         "method": widgets.ToggleButtons(options=CONTROLS["method"], value=start["method"], description="method"),
         "precision": widgets.Dropdown(
@@ -143,29 +175,56 @@ def _widgets(widgets, model, gpu, start: dict):
             value=start.get("precision", CARD_PRECISION),
             description="precision",
         ),
-        "per_device_batch": widgets.SelectionSlider(
+        "per_device_batch": slider(
             options=CONTROLS["per_device_batch"], value=start["per_device_batch"], description="per-device batch"
         ),
-        "seq_len": widgets.SelectionSlider(options=CONTROLS["seq_len"], value=start["seq_len"], description="seq_len"),
+        "seq_len": slider(options=CONTROLS["seq_len"], value=start["seq_len"], description="seq_len"),
+        "lora_r": slider(options=CONTROLS["lora_r"], value=start["lora_r"], description="LoRA rank"),
+        "optimizer": widgets.Dropdown(
+            options=[(f"{OPTIMIZER_LABELS[o]} ({o})", o) for o in CONTROLS["optimizer"]],
+            value=start["optimizer"],
+            description="optimizer",
+        ),
         "checkpointing": widgets.Checkbox(value=start["checkpointing"], description="gradient checkpointing"),
+        "fused_loss": widgets.Checkbox(value=start["fused_loss"], description="fused loss (Liger, Unsloth)"),
         "loop": widgets.Dropdown(options=CONTROLS["loop"], value=start["loop"], description="loop"),
     }
+
+
+def _widgets(widgets, model, gpu, start: dict):
+    """The controls and the output area they redraw."""
+    from IPython.display import Image, clear_output, display
+
+    controls = _controls(widgets, model, gpu, start)
     output = widgets.Output()
+    shapes: dict = {}  # name -> its Shape, or why not: a Hub id is fetched once, not at every slider move
+
+    def shape(name: str):
+        if name not in shapes:
+            try:
+                shapes[name] = shape_of(name)
+            except ValueError as error:
+                shapes[name] = error
+        return shapes[name]
 
     def redraw(_=None):
         values = {name: c.value for name, c in controls.items()}
         card, name = values.pop("gpu"), values.pop("model").strip()
+        controls["lora_r"].disabled = values["method"] == "full"  # no adapters in a full fine-tune
         with output:
             clear_output(wait=True)
             try:
-                e = _estimate(name, card, values)
+                read = shape(name)
+                if isinstance(read, ValueError):
+                    raise read
+                steps = _plan(read, card, values)
             except ValueError as error:  # an unknown model, a Hub that does not answer, a bad mix
                 print(f"cannot estimate this: {error}")
                 return
             png = io.BytesIO()
-            planner_figure(name, card, **values).savefig(png, format="png", dpi=90)
+            _figure(steps[0].estimate, name, card).savefig(png, format="png", dpi=90)
             display(Image(data=png.getvalue()))
-            print(e.verdict_line(card))
+            print(_said(name, card, steps, values["seq_len"]))
 
     for control in controls.values():
         control.style.description_width = "initial"  # "per-device batch" whole, not cut to fit

@@ -2,18 +2,20 @@
 
 Taught in notebook 06 (experiment tracking) and used by notebook 08 (capstone):
 `init_tracking(project, config)` starts a wandb run: online when a key is found (the
-WANDB_API_KEY variable, a Colab secret, a Kaggle secret or a `wandb login` on this machine) and
-api.wandb.ai answers, offline otherwise. It never prompts and never waits long: a missing key, a
-notebook without internet or a server that does not answer all end in an offline run that
-`wandb sync <folder>` uploads later (the exact command is printed). The settings behind each
-checkpoint go into its run manifest (`helpers.manifest`), which also lands in the run's config.
-Every wait on the network has a total bound: `SECRET_TIMEOUT_S` per secret store, `HOST_TIMEOUT_S`
-for the server's first answer (a server that accepts and never answers counts as unreachable),
-`ONLINE_INIT_TIMEOUT_S` for wandb.init online (then offline), `FINISH_TIMEOUT_S` for the last upload.
+WANDB_API_KEY variable, a Colab secret, a Kaggle secret or a `wandb login` on this machine:
+`helpers.tokens.find_token`) and api.wandb.ai answers, offline otherwise. It never prompts and
+never waits long: a missing key, a notebook without internet or a server that does not answer
+all end in an offline run that `wandb sync <folder>` uploads later (the exact command is
+printed). The settings behind each checkpoint go into its run manifest (`helpers.manifest`),
+which also lands in the run's config. Every wait on the network has a total bound:
+`helpers.tokens.SECRET_TIMEOUT_S` per secret store, `HOST_TIMEOUT_S` for the server's first
+answer (a server that accepts and never answers counts as unreachable), `ONLINE_INIT_TIMEOUT_S`
+for wandb.init online (then offline), `FINISH_TIMEOUT_S` for the last upload.
 
 No secret lands in a log or a printed line: keys are passed to wandb in memory (never through
-os.environ, never saved to ~/.netrc), and a key read from a secret store is registered with
-`helpers.manifest.register_secret` so that no manifest or message carries it either.
+os.environ, never saved to ~/.netrc), and the key found is registered with
+`helpers.manifest.register_secret` (by `helpers.tokens`) so that no manifest or message carries
+it either.
 
 Importing this module is cheap: wandb loads when a function needs it.
 """
@@ -22,19 +24,18 @@ from __future__ import annotations
 
 import os
 import shlex
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
-from helpers._util import restore_environ
+from helpers._util import error_line, restore_environ
 from helpers.env import call_within, http_answers
-from helpers.manifest import register_secret, scrub_secrets
+from helpers.manifest import scrub_secrets
+from helpers.tokens import WANDB_KEY, find_token, wandb_base_url, where_to_add
 
-KEY_NAME = "WANDB_API_KEY"  # the name of the key everywhere: env variable, Colab secret, Kaggle secret
+KEY_NAME = WANDB_KEY  # the name of the key everywhere: env variable, Colab secret, Kaggle secret
 MODES = ("auto", "online", "offline", "disabled")
 HOST_TIMEOUT_S = 3.0  # seconds for the wandb server to answer at all (an HTTP reply) before going offline
-SECRET_TIMEOUT_S = 10.0  # seconds for a Colab / Kaggle secret store to answer
 ONLINE_INIT_TIMEOUT_S = 30.0  # seconds wandb.init may take online before the run goes offline instead
 FINISH_TIMEOUT_S = 120.0  # seconds an online run.finish() may take to upload its last records
 
@@ -116,7 +117,8 @@ def init_tracking(
 
     The key is looked for, in order, in the WANDB_API_KEY variable, Colab secrets and Kaggle
     secrets (each guarded: an absent store, an absent secret or a store that does not answer in
-    `SECRET_TIMEOUT_S` just moves on), then a `wandb login` saved on this machine. Sets
+    `helpers.tokens.SECRET_TIMEOUT_S` just moves on), then a `wandb login` saved on this machine
+    (`helpers.tokens.find_token`). Sets
     WANDB_MODE, WANDB_PROJECT, WANDB_SILENT and WANDB_DIR for this process so that a run the
     Trainer starts by itself follows the same rules. Taught in notebook 06.
 
@@ -159,7 +161,7 @@ def init_tracking(
         try:
             run = _start_run(project, config, name, chosen, folder, run_id, key)
         except Exception as e:  # any failure online (auth, timeout, server error) must not stop the course
-            chosen, reason = "offline", f"wandb could not start online ({scrub_secrets(_first_line(e))})"
+            chosen, reason = "offline", f"wandb could not start online ({scrub_secrets(error_line(e))})"
             os.environ["WANDB_MODE"] = _mode_we_set = chosen
     if run is None and chosen != "disabled":
         run = _start_run(project, config, name, chosen, folder, run_id, None)
@@ -184,18 +186,13 @@ def _choose_mode(mode: str) -> tuple[str, str, str | None, str | None]:
     if mode == "auto" and env_mode in ("offline", "dryrun", "disabled"):
         chosen = "disabled" if env_mode == "disabled" else "offline"
         return chosen, f"WANDB_MODE={env_mode} is set in the environment", None, None
-    key, source, misses = _find_key()
-    if source is None:
-        where = "; ".join(misses)
-        return (
-            "offline",
-            f"no W&B key found ({where}). Add a secret named {KEY_NAME} (Colab: the key icon "
-            "in the left bar; Kaggle: Add-ons > Secrets) to go online",
-            None,
-            None,
-        )
+    found = find_token(KEY_NAME)
+    key, source = found.value, found.source
+    if key is None:
+        where, add = "; ".join(found.misses), where_to_add(KEY_NAME, found.platform)
+        return "offline", f"no W&B key found ({where}). {add} to go online", None, None
     host, port = _server()
-    if not http_answers(_base_url(), HOST_TIMEOUT_S):
+    if not http_answers(wandb_base_url(), HOST_TIMEOUT_S):
         return (
             "offline",
             f"a W&B key was found ({source}) but {host}:{port} cannot be reached (no answer within "
@@ -243,82 +240,6 @@ def _announce(tracking: Tracking) -> None:
         print(f"wandb: disabled ({tracking.reason}); nothing is recorded")
 
 
-def _find_key() -> tuple[str | None, str | None, list[str]]:
-    """(key, where it came from, why each store had none). The key is returned, never printed."""
-    misses = []
-    if os.environ.get(KEY_NAME, "").strip():
-        return None, f"the {KEY_NAME} environment variable", misses  # wandb reads it from there itself
-    misses.append(f"no {KEY_NAME} variable")
-    for source, read in (("Colab secrets", _colab_secret), ("Kaggle secrets", _kaggle_secret)):
-        value, why = _ask_store(read)
-        if value:
-            register_secret(value)
-            return value, source, misses
-        if why:
-            misses.append(f"{source}: {why}")
-    if _netrc_has_key():
-        return None, "a `wandb login` saved in ~/.netrc", misses
-    return None, None, misses
-
-
-def _colab_secret():
-    from google.colab import userdata  # ImportError off Colab
-
-    return userdata.get(KEY_NAME)  # raises SecretNotFoundError / NotebookAccessError when absent
-
-
-def _kaggle_secret():
-    from kaggle_secrets import UserSecretsClient  # ImportError off Kaggle
-
-    return UserSecretsClient().get_secret(KEY_NAME)  # raises when the secret is not attached
-
-
-def _ask_store(read) -> tuple[str | None, str | None]:
-    """Call a secret store in a daemon thread: (value or None, why not or None when the store is absent)."""
-    result: dict = {}
-
-    def ask():
-        try:
-            result["value"] = read()
-        except ImportError:
-            result["absent"] = True
-        except Exception as e:  # the stores raise their own error types for "no such secret"
-            result["error"] = f"{type(e).__name__}"  # the type only: a message could quote the secret
-
-    thread = threading.Thread(target=ask, daemon=True)
-    thread.start()
-    thread.join(SECRET_TIMEOUT_S)
-    if thread.is_alive():
-        return None, f"no answer within {SECRET_TIMEOUT_S:g} s"
-    if result.get("absent"):
-        return None, None  # not on that platform: nothing worth saying
-    if "error" in result:
-        return None, f"no {KEY_NAME} secret, or this notebook may not read it ({result['error']})"
-    value = result.get("value")
-    if not isinstance(value, str) or not value.strip():
-        return None, f"the {KEY_NAME} secret is empty"
-    return value.strip(), None
-
-
-def _netrc_has_key() -> bool:
-    import netrc
-
-    host, _ = _server()
-    try:
-        return netrc.netrc().authenticators(host) is not None
-    except (FileNotFoundError, netrc.NetrcParseError, OSError):
-        return False
-
-
-def _base_url() -> str:
-    return os.environ.get("WANDB_BASE_URL", "").rstrip("/") or "https://api.wandb.ai"
-
-
 def _server() -> tuple[str, int]:
-    url = urlparse(_base_url())
+    url = urlparse(wandb_base_url())
     return url.hostname or "api.wandb.ai", url.port or (443 if url.scheme == "https" else 80)
-
-
-def _first_line(e: Exception) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0][:200]}" if text else type(e).__name__

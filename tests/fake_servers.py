@@ -45,13 +45,15 @@ def silent_server():
 
 
 @contextmanager
-def fake_hub(repo_id: str, folder: Path, *, hang: tuple[str, ...] = ()):
+def fake_hub(repo_id: str, folder: Path, *, hang: tuple[str, ...] = (), token: str | None = None):
     """A Hub on 127.0.0.1 serving the files of `folder` as the model `repo_id`; yields its URL.
 
     It answers what huggingface_hub asks for a download: the model's info (`/api/models/...`) and
     each file (`/<repo>/resolve/<revision>/<file>`, HEAD and GET, with the commit and ETag headers).
     A request whose path starts with one of `hang` gets no answer (until the server closes), as
-    from a Hub that stalls midway.
+    from a Hub that stalls midway. With `token`, the model is gated: a request for it without
+    `Authorization: Bearer <token>` gets 401 and the GatedRepo error code, as the Hub answers one
+    that has not accepted a gated model's licence (Llama, Gemma).
     """
     files = {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
     requests: list[str] = []
@@ -73,6 +75,10 @@ def fake_hub(repo_id: str, folder: Path, *, hang: tuple[str, ...] = ()):
                 release.wait()  # until the test ends
                 return
             path = self.path.split("?")[0]
+            gated = token is not None and repo_id in path and self.headers.get("Authorization") != f"Bearer {token}"
+            if gated:
+                headers = {"X-Error-Code": "GatedRepo", "X-Error-Message": "Access to this model is restricted."}
+                return self._send(401, b'{"error": "gated"}', body, headers)
             if path == "/":
                 return self._send(200, b"fake hub", body, {})
             if path == f"/api/models/{repo_id}" or path.startswith(f"/api/models/{repo_id}/revision/"):
@@ -81,6 +87,8 @@ def fake_hub(repo_id: str, folder: Path, *, hang: tuple[str, ...] = ()):
             if path.startswith("/api/models/"):
                 return self._send(404, b'{"error": "Repository not found"}', body, {"X-Error-Code": "RepoNotFound"})
             prefix = f"/{repo_id}/resolve/"
+            if "/resolve/" in path and not path.startswith(prefix):  # a file of a model it does not have
+                return self._send(404, b"not found", body, {"X-Error-Code": "RepoNotFound"})
             name = path[len(prefix) :].split("/", 1)[-1] if path.startswith(prefix) else None
             if name not in files:
                 return self._send(404, b"not found", body, {"X-Error-Code": "EntryNotFound"})

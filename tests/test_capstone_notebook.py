@@ -3,17 +3,20 @@
 The report must give the lesson's effective batch (1 x 16 x 1) and seed, point to a manifest that
 exists and records them, and the run must have resumed from a checkpoint after the simulated
 disconnect. Run again on the finished run, as after a later disconnect, it must train nothing and
-report the same final loss from the adapter it reloads.
+report the same final loss from the adapter it reloads; run again with one setting changed, as the
+exercises do, it must train a new run in a folder beside it and leave the first one as it was.
 
 They read the suite's one smoke run of every notebook (tests/conftest.py; `KIT_ONLY="08"` runs only
 this one); `--smoke` makes them use the embedded tiny model and 4 optimizer steps.
 """
 
 import json
+import sys
+import types
 from pathlib import Path
 
 import pytest
-from notebook_results import outputs_text
+from notebook_results import outputs_text, source_cells
 
 from helpers.maintainer.notebooks import NOTEBOOKS_DIR
 from helpers.manifest import load_manifest
@@ -73,30 +76,58 @@ def test_08_resumed_from_a_checkpoint_after_the_disconnect(ran):
     assert checkpoints[0].name == f"checkpoint-{r['final_step']}"
 
 
-def test_08_run_again_on_the_finished_run_trains_nothing(ran, tmp_path, monkeypatch):
-    """The notebook run a second time on the same folder, as a student would after a later disconnect."""
+def run_again(ran, tmp_path, monkeypatch, name, **parameters):
+    """08 run once more in the smoke run's folder; (its figures, its printed text).
+
+    Not a smoke run, so the folder is kept: run_name points it at the smoke run's finished one (4 steps).
+    """
     import papermill as pm
 
-    results, out = ran
-    first = results[NB08]
-    work = out / "work" / NB08
     monkeypatch.setenv("HELPERS_RESULTS_DIR", str(tmp_path))
-    monkeypatch.setenv("HELPERS_NOTEBOOK", "again")
-    # not a smoke run, so the folder is kept: run_name points it at the smoke run's finished folder
+    monkeypatch.setenv("HELPERS_NOTEBOOK", name)
     pm.execute_notebook(
         str(NOTEBOOKS_DIR / f"{NB08}.ipynb"),
-        str(tmp_path / "again.ipynb"),
-        cwd=str(work),
-        parameters={"smoke": False, "run_name": "capstone-smoke", "max_steps": 4},
+        str(tmp_path / f"{name}.ipynb"),
+        cwd=str(ran[1] / "work" / NB08),
+        parameters={"smoke": False, "run_name": "capstone-smoke", "max_steps": 4} | parameters,
         kernel_name="python3",
         progress_bar=False,
     )
-    again = json.loads((tmp_path / "again.json").read_text())
-    assert "ends a finished run (step 4 of 4)" in outputs_text(tmp_path / "again.ipynb")
+    return json.loads((tmp_path / f"{name}.json").read_text()), outputs_text(tmp_path / f"{name}.ipynb")
+
+
+def test_08_run_again_on_the_finished_run_trains_nothing(ran, tmp_path, monkeypatch):
+    """The notebook run a second time on the same folder, as a student would after a later disconnect."""
+    first = ran[0][NB08]
+    again, text = run_again(ran, tmp_path, monkeypatch, "again")
+    assert f"this run trains in {first['output_dir']}: the same settings as its checkpoints" in text
+    assert "ends a finished run (step 4 of 4)" in text
     assert again["output_dir"] == first["output_dir"] and again["final_step"] == 4 and again["train_seconds"] == 0
+    assert again["steps_trained"] == 0
     assert [p.name for p in list_checkpoints(first["output_dir"])] == ["checkpoint-4", "checkpoint-2"]
     assert again["manifest_path"] == first["manifest_path"]
     assert again["final_loss"] == first["final_loss"], "the report must evaluate the finished run's adapter"
+
+
+def test_08_a_changed_setting_trains_a_new_run_beside_the_finished_one(ran, tmp_path, monkeypatch):
+    """The exercise on a finished run: max_steps raised, by one step (4 -> 5), is another run, trained from step 0.
+
+    Going on from the finished run would train 1 step, the old notebook trained none ("nothing left to train").
+    """
+    first = ran[0][NB08]
+    second, text = run_again(ran, tmp_path, monkeypatch, "changed", max_steps=5)
+    new = f"{first['output_dir']}-2"
+    assert "capstone-smoke holds a run with other settings: max_steps 4 -> 5\n" in text
+    assert f"this run trains in {new}: a new run (no checkpoint there yet)" in text
+    assert "ends a finished run" not in text
+    assert second["output_dir"] == new and second["total_steps"] == second["final_step"] == 5
+    assert second["steps_trained"] == 5 + second["steps_redone"] == 6, "every step from 0, the disconnect's twice"
+    assert first["steps_trained"] == 4 + first["steps_redone"]
+    assert list_checkpoints(new)[0].name == "checkpoint-5"
+    assert [p.name for p in list_checkpoints(first["output_dir"])] == ["checkpoint-4", "checkpoint-2"], "kept"
+    assert load_manifest(list_checkpoints(new)[0])["training"]["args"]["max_steps"] == 5
+    print(f"\nfirst run: {first['steps_trained']} steps trained in {first['output_dir']}")
+    print(f"second run (max_steps 5): {second['steps_trained']} steps trained in {second['output_dir']}")
 
 
 def test_08_trains_on_the_answers_only_in_the_models_chat_format(ran):
@@ -150,3 +181,25 @@ def test_08_the_resume_rows_exist_on_the_lessons_own_logging(tmp_path, monkeypat
         assert second[step] == pytest.approx(first[step], rel=1e-6), f"step {step} after the resume"
         print(f"\nstep {step}: loss {first[step]!r} in session 1, {second[step]!r} after the resume")
     assert r["final_step"] == 26
+
+
+@pytest.mark.parametrize("use_drive", [True, False])
+def test_08_says_before_run_all_that_drive_asks_and_use_drive_false_skips_the_dialog(monkeypatch, use_drive):
+    """The folder cell run as on Colab, with a stand-in for google.colab.drive (Colab's own is not here)."""
+    cells = source_cells(NB08)
+    (folder_cell,) = [text for kind, _, text in cells if kind == "code" and "drive.mount(" in text]
+    before = cells[[text for _, _, text in cells].index(folder_cell) - 1]
+    for kind, _, text in (cells[0], before):  # the first cell, and the prose right before the mount
+        assert kind == "markdown" and "authorize" in text and "`use_drive = False`" in text
+    mounted = []
+    colab = types.ModuleType("google.colab")
+    colab.drive = types.SimpleNamespace(mount=mounted.append)  # stand-in: Colab's dialog cannot open here
+    monkeypatch.setitem(sys.modules, "google.colab", colab)
+    monkeypatch.setenv("COLAB_RELEASE_TAG", "stand-in")
+    for name in ("KAGGLE_KERNEL_RUN_TYPE", "KAGGLE_URL_BASE"):
+        monkeypatch.delenv(name, raising=False)
+    cell = {"use_drive": use_drive, "smoke": False, "run_name": "capstone"}
+    exec(folder_cell, cell)
+    assert mounted == (["/content/drive"] if use_drive else [])
+    assert str(cell["runs"]).startswith("/content/drive/" if use_drive else "/content/runs")
+    assert cell["survives"].startswith("yes: Google Drive" if use_drive else "NO: use_drive = False")

@@ -31,10 +31,24 @@ def test_plan_takes_gib_for_a_card_outside_the_catalog():
     assert "fits 8.00 GiB: yes" in done.stdout
 
 
-def test_plan_with_an_unknown_model_lists_the_catalog():
+def test_plan_with_an_unknown_model_names_the_nearest_in_the_catalog():
     done = helpers_cli("plan", "--model", "Mistral-9B", "--seq-len", "512")
     assert done.returncode == 2
-    assert "unknown model 'Mistral-9B': the catalog has" in done.stderr and "Mistral-7B" in done.stderr
+    assert "unknown model 'Mistral-9B': the catalog has no such name; the nearest are Mistral-7B" in done.stderr
+
+
+def test_plan_answers_llama_3_8b_qlora_at_2048_tokens_on_a_t4_with_the_stack_and_the_whole_ladder():
+    done = helpers_cli("plan", "--model", "Llama-3-8B", "--gpu", "T4", "--seq-len", "2048", "--qlora")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1].startswith("Llama-3-8B (meta-llama/Meta-Llama-3-8B) has the shapes of the catalog's Llama-3.1-8B")
+    assert (
+        lines[2].startswith("assumes: the Hugging Face Trainer; fp16 mixed precision")
+        and "no fused kernels" in lines[2]
+    )
+    steps = [line.split("  ")[0] for line in lines[lines.index(next(x for x in lines if x.startswith("step "))) + 1 :]]
+    assert steps == ["as asked", "fused loss", "gradient checkpointing"]
+    assert " yes " in lines[-1] and "(cost: about a third more compute a step)" in lines[-1]
 
 
 def test_quickcheck_is_reachable_from_the_kit_command():
@@ -91,7 +105,8 @@ def test_plan_names_the_attention_kernel_and_rests_its_verdict_on_reserved_memor
     args = ("plan", "--model", "Qwen2.5-1.5B", "--seq-len", "2048", "--qlora", "--checkpointing")
     t4, a100 = helpers_cli(*args, "--gpu", "T4"), helpers_cli(*args, "--gpu", "A100-40GB")
     assert t4.returncode == a100.returncode == 0, t4.stderr
-    assert "attention: SDPA's math kernel (scores materialized)" in t4.stdout and "attention: flash" in a100.stdout
+    assert "; PyTorch SDPA attention, math kernel (the scores materialized);" in t4.stdout
+    assert "; PyTorch SDPA attention, flash kernel;" in a100.stdout
     verdict = next(line.strip() for line in t4.stdout.splitlines() if "which is what runs out" in line)
     assert verdict.startswith("fits: the training step needs") and "leaves 10% free" in verdict
     rows = {line[:32].strip(): float(line.split()[-2]) for line in t4.stdout.splitlines() if line.endswith(" GiB")}

@@ -118,6 +118,7 @@ def test_nvml_without_a_driver_means_no_gpu(monkeypatch):
     [
         ({"COLAB_RELEASE_TAG": "release-colab_20261101"}, "colab"),
         ({"KAGGLE_KERNEL_RUN_TYPE": "Interactive"}, "kaggle"),
+        ({"KAGGLE_KERNEL_RUN_TYPE": "Interactive", "COLAB_RELEASE_TAG": "release-colab_20260514"}, "kaggle"),
         ({}, "local"),
     ],
 )

@@ -478,3 +478,92 @@ def test_a_hand_written_loop_holds_the_logits_and_the_cache_through_the_whole_st
         estimate_training_memory("Qwen2.5-0.5B", loop="mine", **args)
     with pytest.raises(TypeError, match=r"pass a helpers.estimate.Harness, e.g. Harness\(set_to_none=False\)"):
         estimate_training_memory("Qwen2.5-0.5B", harness={"set_to_none": False}, **args)
+
+
+# --- a Hub id's config.json: through huggingface_hub, with the student's token, once a session -------------
+# The Hub is a stand-in on 127.0.0.1 (tests/fake_servers.py); huggingface_hub reads its offline switch and
+# its cache folder once, at import, and the suite imports it offline: the fixture turns both for this test.
+
+GATED = "kit-tests/gated-llama"  # a gated model, as Llama and Gemma are on the Hub
+TOKEN = "hf_standInTokenOfTheHubTest"  # the stand-in Hub's only token that has accepted GATED's licence
+TINY_LLAMA = dict(
+    model_type="llama",
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=128,
+    vocab_size=256,
+)
+
+
+@pytest.fixture
+def hub(monkeypatch, tmp_path):
+    """Serve GATED from a stand-in Hub: this process online, a Hub cache and a login file of its own, no token."""
+    import contextlib
+    import json
+
+    import huggingface_hub.constants as constants
+    from fake_servers import fake_hub
+
+    from helpers.estimate import _configs
+
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(TINY_LLAMA))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-login"))
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(_configs, "_FETCHED", {})  # nothing fetched yet this session
+
+    with contextlib.ExitStack() as servers:
+
+        def serve(**kwargs):
+            url, requests = servers.enter_context(fake_hub(GATED, folder, token=TOKEN, **kwargs))
+            monkeypatch.setenv("HF_ENDPOINT", url)
+            return url, requests
+
+        yield serve
+
+
+def test_a_gated_hub_model_needs_the_students_token_and_the_error_says_where_to_put_it(hub, monkeypatch):
+    url, _ = hub()
+    with pytest.raises(ValueError) as refused:
+        shape_of(GATED)
+    said = str(refused.value)
+    assert f"it is gated and no Hugging Face token was found: accept the licence on {url}/{GATED}, then" in said
+    assert "set HF_TOKEN to a read token of the account that accepted it" in said and "Traceback" not in said
+    monkeypatch.setenv("HF_TOKEN", TOKEN)  # helpers.tokens finds it in the environment
+    assert shape_of(GATED).hidden == 64
+
+
+def test_a_hub_config_is_fetched_once_a_session_then_read_from_memory_or_the_hub_cache(hub, monkeypatch):
+    from helpers.estimate import _configs
+
+    _, requests = hub()
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    for seq_len in (128, 256, 512):  # a planner's slider, three moves
+        estimate_training_memory(GATED, per_device_batch=1, seq_len=seq_len, method="lora")
+    fetched = [r for r in requests if r.endswith("/config.json")]
+    assert fetched and all(f"/{GATED}/resolve/main/config.json" in r for r in fetched), requests
+    assert len(requests) == len(fetched) + 1, f"one answer check, one download, then nothing: {requests}"
+    # a new session with the Hub gone: huggingface_hub's cache still has it
+    monkeypatch.setattr(_configs, "_FETCHED", {})
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert shape_of(GATED).layers == 2 and len(requests) == len(fetched) + 1
+
+
+def test_a_hub_id_the_hub_does_not_have_or_that_stalls_is_named_in_bounded_time(hub, monkeypatch):
+    from helpers import models
+
+    hub()
+    with pytest.raises(ValueError, match=r"the Hub has no model 'kit-tests/typo' this session can see: check the id"):
+        shape_of("kit-tests/typo")
+    monkeypatch.setattr(models, "HUB_METADATA_TIMEOUT_S", 1.0)
+    hub(hang=(f"/{GATED}/resolve/",))  # a second stand-in, which never sends the file
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    with pytest.raises(ValueError, match=r"the Hub did not send it within 1 s \(raise helpers.models.HUB_METADATA"):
+        shape_of(GATED)

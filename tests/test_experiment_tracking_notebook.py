@@ -30,6 +30,20 @@ def test_06_07_and_08_recommend_the_same_learning_rates():
     full_06, full_07, lora_08 = (parameters(stem)["learning_rate"] for stem in MINE)
     assert full_06 == full_07, "a full fine-tune's rate: 06 and 07 must agree"
     assert lora_08 > full_06, "LoRA's rate lies above a full fine-tune's, as notebook 06 measures"
+    rates = parameters(NB06)["sweep_learning_rates"]
+    assert full_06 in rates and lora_08 in rates, "the sweep tries a real model's rates too"
+
+
+def test_06_the_tiny_models_rates_are_the_sweeps_best_on_it(ran):
+    """Every notebook gives the tiny built-in model `tiny_learning_rate`: its full and LoRA values are the
+    best of this sweep on it (the smoke run trains the tiny model), and a real model's rates barely move it."""
+    r = ran[0][NB06]
+    assert r["best_lr_full"] == parameters(NB06)["tiny_learning_rate"]
+    lora = {parameters(stem)["tiny_learning_rate"] for stem in ("05_qlora", "08_capstone")}
+    assert lora == {r["best_lr_lora"]}
+    rates, full = r["sweep_learning_rates"], r["sweep_eval_loss_full"]
+    real = full[rates.index(parameters(NB06)["learning_rate"])]
+    assert r["base_eval_loss"] - real < (r["base_eval_loss"] - min(full)) / 2, "5e-5 moves the tiny model little"
 
 
 def test_06_the_plain_recipe_and_the_shortcut_give_the_same_run(ran):

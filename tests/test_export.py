@@ -69,6 +69,7 @@ def test_train_py_takes_its_defaults_from_the_notebooks_parameters_cell(tmp_path
     for flag in ("--model-id", "--per-device-batch", "--seq-len", "--max-steps", "--learning-rate", "--seed"):
         assert flag in help_text
     assert "--output-dir" in help_text and "--smoke" in help_text and "--disconnect-after-step" not in help_text
+    assert "--use-drive" not in help_text, "Google Drive is the notebook's, on Colab"
 
 
 def test_train_py_passes_the_kits_linter_and_formatter(tmp_path):
@@ -297,7 +298,9 @@ def test_a_killed_run_resumes_from_its_last_valid_checkpoint_to_the_same_adapter
     reference = json.loads((job / "reference" / "result.json").read_text())
     start = int(Path(resumed["resumed_from"]).name.split("-")[1])
     assert Path(resumed["resumed_from"]).parent == job / "killed" and 4 <= start < 40
-    assert f"resuming from {resumed['resumed_from']}" in (job / "resumed.log").read_text()
+    log = (job / "resumed.log").read_text()
+    assert f"this run trains in {job / 'killed'}: the same settings as its checkpoints" in log, "the requeue's rule"
+    assert f"resuming from {resumed['resumed_from']}" in log
     assert resumed["global_step"] == 40
     assert resumed["eval_loss"] == reference["eval_loss"]
     assert all(resumed["losses"][str(s)] == reference["losses"][str(s)] for s in range(start + 1, 41))
@@ -312,6 +315,7 @@ def test_a_finished_run_started_again_trains_nothing(runs):
     python = [sys.executable, "train.py", *RUN, "--output-dir", str(job / "reference")]
     done = subprocess.run(python, cwd=job, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert f"this run trains in {job / 'reference'}: the same settings as its checkpoints" in done.stdout
     assert "ends a finished run: nothing left to train" in done.stdout
 
 

@@ -8,7 +8,9 @@ import pytest
 import torch
 from transformers import Trainer, TrainingArguments
 
+from helpers import _secrets
 from helpers import manifest as manifest_module
+from helpers._checksums import rows_sha256
 from helpers.data import pack_course_data
 from helpers.manifest import MANIFEST_NAME, ManifestCallback, load_manifest, register_secret, scrub_secrets
 from helpers.qlora import load_qlora
@@ -20,7 +22,7 @@ FAKE_PASSWORD = "planted-db-password-5521"
 @pytest.fixture
 def registered(monkeypatch):
     """An empty register of secrets for this test; the module's own one comes back afterwards."""
-    monkeypatch.setattr(manifest_module, "_registered_secrets", set())
+    monkeypatch.setattr(_secrets, "_registered", set())  # the register helpers.manifest scrubs
 
 
 def test_every_checkpoint_gets_a_manifest_with_the_settings_behind_it(tmp_path, monkeypatch):
@@ -43,7 +45,7 @@ def test_every_checkpoint_gets_a_manifest_with_the_settings_behind_it(tmp_path, 
     )
     # secrets where a careless notebook might put them: scrubbed by value and by field name
     extra = {"note": f"token is {FAKE_HF_TOKEN}", "api_key": "abcdefgh12345678", "lr_sweep": [1e-3, 2e-3]}
-    callback = ManifestCallback(dataset=train, extra=extra)
+    callback = ManifestCallback(dataset=train, seq_len=32, extra=extra)
     Trainer(model=model, args=args, train_dataset=train, callbacks=[callback]).train()
 
     for step in (2, 4):
@@ -62,7 +64,13 @@ def test_every_checkpoint_gets_a_manifest_with_the_settings_behind_it(tmp_path, 
     assert manifest["model"]["revision"] is None and manifest["model"]["commit"] is None
     assert manifest["model"]["quantization"]["bnb_4bit_quant_type"] == "nf4"
     assert manifest["model"]["adapters"]["default"]["r"] == 4
-    assert manifest["data"] == {"fingerprint": train._fingerprint, "num_rows": 16, "type": "Dataset"}
+    assert manifest["data"] == {
+        "fingerprint": train._fingerprint,
+        "sha256": rows_sha256(train),  # the rows by content, for helpers.runs (tests/test_runs.py)
+        "num_rows": 16,
+        "type": "Dataset",
+        "seq_len": 32,
+    }
     assert set(manifest["packages"]) == set(manifest_module.PACKAGES)
     assert manifest["packages"]["torch"] == torch.__version__
     assert manifest["kit"]["version"] and "commit" in manifest["kit"]

@@ -4,7 +4,9 @@ They read the suite's one smoke run of every notebook (tests/conftest.py; `KIT_O
 this one) and check directions and identities between the recorded figures, never a typed-in result.
 """
 
-from notebook_results import source_cells
+import re
+
+from notebook_results import outputs_text, source_cells
 
 NOTEBOOKS = ("01_memory_anatomy",)
 
@@ -49,3 +51,15 @@ def test_01_a_hand_written_loop_holds_more_and_the_estimator_says_at_least_as_mu
     assert held["measured"] > 0, "keeping `outputs` through backward holds the logits"
     # the same grid's tolerance as tests/test_estimate_allocator.py: never more than 3 % below
     assert held["predicted"] >= 0.97 * held["measured"], held
+
+
+def test_01_each_plan_step_is_said_to_raise_or_lower_the_bill_as_its_estimates_do(ran):
+    """The words follow the figures: "more" where a step raised the predicted total (mixed precision on a
+    7B: 16-bit copies beside fp32 tensors), "less" where it lowered it."""
+    figures, out = ran
+    changes = figures["01_memory_anatomy"]["plan_changes_gib"]
+    assert list(changes) == figures["01_memory_anatomy"]["plan_steps"][1:]
+    printed = outputs_text(out / "notebooks" / "01_memory_anatomy.ipynb")
+    for technique, change in changes.items():
+        word = "more" if change > 0 else "less" if change < 0 else "no change"
+        assert re.search(rf"^{re.escape(technique)} +[\d.]+ GiB {word} ", printed, re.M), (technique, change)

@@ -54,6 +54,8 @@ def test_02_names_this_machines_matrix_units_and_times_both_precisions_without_c
     assert r["cpu_bf16_units"] == list(cpu_bf16_units())
     assert r["matrix_units_printed"] == (", ".join(cpu_bf16_units()) or "no bf16 matrix instructions")
     assert set(r["matmul_ms"]) == set(r["step_seconds"]) and all(ms > 0 for ms in r["matmul_ms"].values())
+    # sized by the units: without them a 1,024-wide bf16 product runs in software, seconds each (issue 32)
+    assert r["matmul_size"] == (1024 if cpu_bf16_units() else 256)
 
 
 @pytest.mark.parametrize(

@@ -160,7 +160,14 @@ def test_each_notebook_shows_a_plot(notebook_run, stem):
     assert images, f"{stem} drew no figure"
 
 
-HELPERS_TAKING_A_BATCH = {"estimate_training_memory", "plan", "planner", "planner_text", "planner_figure"}
+HELPERS_TAKING_A_BATCH = {
+    "estimate_training_memory",
+    "capstone_estimate",
+    "plan",
+    "planner",
+    "planner_text",
+    "planner_figure",
+}
 
 
 @pytest.mark.parametrize("stem", STEMS)
@@ -176,3 +183,32 @@ def test_the_notebooks_speak_the_helpers_vocabulary_per_device_batch(stem):
         and any(k.arg == "batch_size" for k in node.keywords)
     ]
     assert not old, f"{stem} passes batch_size= to a helper (lines {old} of their cells): write per_device_batch="
+
+
+# One learning-rate story in every notebook that fine-tunes (issue 32): `learning_rate` is a real model's,
+# 5e-5 for a full fine-tune or 2e-4 for LoRA / QLoRA, said in the same words everywhere; the tiny built-in
+# model, far smaller and already trained on the course data, takes `tiny_learning_rate` instead: notebook
+# 06's sweep finds those rates best on it (tests/test_experiment_tracking_notebook.py).
+RATE_LINES = {
+    "full": "learning_rate = 5e-5  # on a real model: 5e-5 for a full fine-tune (as here), 2e-4 for LoRA or QLoRA",
+    "lora": "learning_rate = 2e-4  # on a real model: 5e-5 for a full fine-tune, 2e-4 for LoRA or QLoRA (as here)",
+}
+TINY_COMMENT = "  # used on the tiny built-in model instead: 3e-3 full, 1e-2 LoRA (notebook 06's sweep)"
+TINY_LINES = {"full": "tiny_learning_rate = 3e-3" + TINY_COMMENT, "lora": "tiny_learning_rate = 1e-2" + TINY_COMMENT}
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_every_fine_tune_tells_one_learning_rate_story(stem):
+    nb = notebook_cells(stem)
+    (params,) = [c for c in nb if tagged(c, "parameters")]
+    lines = params.source.splitlines()
+    rates = [line for line in lines if line.startswith("learning_rate =")]
+    tiny = [line for line in lines if line.startswith("tiny_learning_rate =")]
+    if not rates:  # a notebook that fine-tunes nothing
+        assert not tiny, f"{stem}: tiny_learning_rate without a learning_rate"
+        return
+    methods = [m for m, line in RATE_LINES.items() if rates == [line]]
+    assert methods, f"{stem}: {rates} is not one of {list(RATE_LINES.values())}"
+    assert tiny == [TINY_LINES[methods[0]]], f"{stem}: the tiny model's rate should read {TINY_LINES[methods[0]]!r}"
+    code = "\n".join(c.source for c in nb if c.cell_type == "code" and c is not params)
+    assert "tiny_learning_rate" in code and "is_embedded(" in code, f"{stem}: the tiny model's rate is never used"

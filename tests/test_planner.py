@@ -1,7 +1,9 @@
 """helpers.planner: the bill with controls (notebooks 01 and 08), and the plain text it prints everywhere.
 
 The widgets are built with the real ipywidgets and driven by setting their values, as a browser's
-slider does (`make e2e` moves one in JupyterLab); the figure is matplotlib's, rendered to PNG.
+slider does (`make e2e` moves one in JupyterLab); the figure is matplotlib's, rendered to PNG. The
+runtime matrix runs this file under Colab's ipywidgets 7.7.1 and Kaggle's 8.1.5; the main venv has 8.
+Outside a kernel the output area prints through, so what it would show is read from stdout.
 """
 
 import io
@@ -9,24 +11,37 @@ import io
 import ipywidgets as widgets
 import pytest
 
+from helpers import planner as planner_module
 from helpers.estimate import estimate_training_memory
-from helpers.planner import CONTROLS, SEGMENTS, _segments, _widgets, planner, planner_figure, planner_text
+from helpers.plan import assumed_stack, format_plan, plan
+from helpers.planner import CONTROLS, SEGMENTS, START, _segments, _widgets, planner, planner_figure, planner_text
 
-START = dict(method="qlora", per_device_batch=4, seq_len=1024, checkpointing=True, loop="trainer")
+IMAGE = "<IPython.core.display.Image object>"  # what display(Image) prints outside IPython
 
 
-def test_the_text_is_the_estimates_bill_and_verdict_on_the_card_in_its_half_precision():
+def test_the_text_is_the_estimates_bill_verdict_and_stack_on_the_card_in_its_half_precision():
     text = planner_text("Qwen2.5-1.5B", "T4", **START)
     e = estimate_training_memory("Qwen2.5-1.5B", precision="fp16", gpu="T4", **START)  # a T4 computes in fp16
-    assert e.table() in text and e.verdict_line("T4") in text
+    assert e.table() in text and e.verdict_line("T4") in text and assumed_stack(e) in text
+    assert "What makes it fit" not in text, "a job that fits gets no ladder"
     a100 = planner_text("Qwen2.5-1.5B", "A100-40GB", **START)
     assert estimate_training_memory("Qwen2.5-1.5B", precision="bf16", gpu="A100-40GB", **START).table() in a100
+
+
+def test_a_job_that_does_not_fit_gets_the_ladder_plan_prints_and_what_its_name_was_read_as():
+    job = dict(method="qlora", per_device_batch=1, seq_len=2048, checkpointing=True)
+    text = planner_text("Llama-3-8B", "T4", **job)
+    assert "\ndoes not fit: the training step needs 14.97 GiB" in text
+    assert "Llama-3-8B (meta-llama/Meta-Llama-3-8B) has the shapes of the catalog's Llama-3.1-8B" in text
+    assert "context 8,192 tokens (Llama-3.1-8B: 131,072)" in text
+    assert format_plan(plan("Llama-3-8B", "T4", **job), "T4") in text  # one ladder, the command line's
+    assert text.rstrip().splitlines()[-1].startswith("fused loss")
 
 
 def test_outside_a_notebook_it_prints_the_bill_and_shows_no_widgets(capsys):
     assert planner("SmolLM2-135M", "T4", seq_len=512) is None
     printed = capsys.readouterr().out
-    assert printed.startswith("SmolLM2-135M on T4") and "which is what runs out" in printed
+    assert printed.startswith("SmolLM2-135M on T4") and "which is what runs out" in printed and "assumes: " in printed
 
 
 @pytest.mark.parametrize("settings", [START, dict(START, method="full", checkpointing=False, loop="custom")])
@@ -53,35 +68,74 @@ def controls_of(box):
     return {c.description: c for c in controls}, output
 
 
-def test_moving_a_control_redraws_the_bill_and_says_the_verdict_again(capsys):
+def said(capsys) -> str:
+    """What the output area shows after its last redraw: the text under the bill's image."""
+    return capsys.readouterr().out.split(IMAGE)[-1].strip()
+
+
+def test_every_control_redraws_the_verdict_the_stack_and_the_ladder(capsys):
     box = _widgets(widgets, "Qwen2.5-1.5B", "T4", dict(START))
-    controls, _ = controls_of(box)
-    assert set(controls) == {
+    controls, output = controls_of(box)
+    assert isinstance(output, widgets.Output) and set(controls) == {
         "model",
         "card",
         "method",
         "precision",
         "per-device batch",
         "seq_len",
+        "LoRA rank",
+        "optimizer",
         "gradient checkpointing",
+        "fused loss (Liger, Unsloth)",
         "loop",
     }
     assert controls["per-device batch"].options == CONTROLS["per_device_batch"]
-    first = capsys.readouterr().out  # outside a kernel the output area prints through
-    assert "fits: the training step needs" in first
-    controls["per-device batch"].value = 64
-    controls["seq_len"].value = 8192
-    last = capsys.readouterr().out.strip().splitlines()[-1]
-    assert last.startswith("does not fit: the training step needs"), last
+    first = said(capsys)
+    assert first.startswith("fits: the training step needs") and "\nassumes: the Hugging Face Trainer" in first
+    controls["model"].value = "Llama-3-8B"  # typed in: a name the catalog reads as Llama-3.1-8B's shapes
+    controls["seq_len"].value = 2048
+    now = said(capsys)
+    assert now.startswith("does not fit: the training step needs") and "context 8,192 tokens" in now
+    assert "What makes it fit, cheapest first" in now and "\nfused loss " in now
+    controls["fused loss (Liger, Unsloth)"].value = True
+    now = said(capsys)
+    assert "a fused linear cross-entropy (Liger's or Unsloth's)" in now and "\nfused loss " not in now
+    controls["LoRA rank"].value = 64
+    controls["optimizer"].value = "paged_adamw_8bit"
+    now = said(capsys)
+    assert "peft LoRA r=64" in now and "bitsandbytes paged AdamW 8-bit" in now
+    controls["method"].value = "full"
+    now = said(capsys)
+    assert controls["LoRA rank"].disabled and "every weight trained" in now and "\nQLoRA " in now
     controls["card"].value = "H100-80GB"
-    controls["per-device batch"].value = 1
-    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("fits")
+    controls["method"].value = "lora"
+    assert said(capsys).startswith("fits") and not controls["LoRA rank"].disabled
 
 
-def test_an_unknown_model_typed_in_says_why_instead_of_raising(capsys):
+def test_a_model_is_read_once_per_name_not_at_every_slider_move(capsys, monkeypatch):
+    """A Hub id's config is fetched when its name is given, never again as the sliders move."""
+    read = []
+
+    def counted(model):
+        read.append(model)
+        return estimate_shape(model)
+
+    estimate_shape = planner_module.shape_of
+    monkeypatch.setattr(planner_module, "shape_of", counted)  # a spy: the real shape_of underneath
+    box = _widgets(widgets, "Qwen2.5-1.5B", "T4", dict(START))
+    controls, _ = controls_of(box)
+    for value in (512, 2048, 4096):
+        controls["seq_len"].value = value
+    controls["model"].value = "Mistral-9B"
+    controls["per-device batch"].value = 8
+    assert read == ["Qwen2.5-1.5B", "Mistral-9B"]
+
+
+def test_an_unknown_model_typed_in_says_why_and_the_nearest_names_instead_of_raising(capsys):
     box = _widgets(widgets, "Qwen2.5-1.5B", "T4", dict(START))
     controls, _ = controls_of(box)
     capsys.readouterr()
     controls["model"].value = "Mistral-9B"
-    said = capsys.readouterr().out
-    assert "cannot estimate this: unknown model 'Mistral-9B'" in said and "Traceback" not in said
+    out = capsys.readouterr().out
+    assert "cannot estimate this: unknown model 'Mistral-9B'" in out and "Traceback" not in out
+    assert "the nearest are Mistral-7B" in out

@@ -6,10 +6,13 @@ them with a reference computed here (the catalog, the embedded model's config), 
 typed in from a run: the embedded model's weights may be trained again.
 """
 
+import inspect
+
 import pytest
-from notebook_results import learned
+from notebook_results import figures_of, learned, parameters
 
 from helpers import GIB
+from helpers.capstone import CAPSTONE_JOB
 from helpers.catalog import gpu_bytes
 from helpers.models import EMBEDDED_DIR
 
@@ -74,7 +77,7 @@ def test_05_the_plain_recipe_equals_load_qlora_and_only_the_adapters_train(figur
     assert r["trainable_pct"] > 10 * r["trainable_pct_7b"], "the embedded model is 64 wide: rank 16 is a large share"
     assert r["frozen_changed"] == 0 and r["adapters_changed_fraction"] == 1.0
     assert abs(r["activation_error_pct"]) < 1  # the estimator against the measured activations
-    # LoRA at 2e-4 moves the small model less than the noise between batches: the fixed batch's curve is judged
+    # LoRA moves the small model less than the noise between batches: the fixed batch's curve is judged
     learned(r, steps=10, curve=False)
     curve = r["eval_losses"]
     assert list(curve) == ["0", "2", "4", "6", "8", "10"], "evaluated before training and every other step"
@@ -89,3 +92,36 @@ def test_05_the_7b_plan_ends_in_qlora_and_only_that_fits_a_t4(figures):
     assert r["plan_7b_last_step"] == "QLoRA" and r["plan_7b_fits"] is True
     card = gpu_bytes("T4") / GIB
     assert all(t > card for t in totals[:-1]) and r["plan_7b_total_gib"] == totals[-1] < card
+
+
+def test_05_and_08_hold_the_capstone_job_in_their_parameters():
+    """One 7B job: 05's plan and 08's run take their settings from CAPSTONE_JOB (helpers/capstone.py), whose
+    adapter and optimizer are what 08 gets from load_qlora's defaults and the Trainer's."""
+    from transformers import TrainingArguments
+
+    from helpers.qlora import load_qlora
+
+    p05, p08, job = parameters("05_qlora"), parameters("08_capstone"), CAPSTONE_JOB
+    planned = (p05["plan_model"], p05["plan_gpu"], p05["plan_batch"], p05["plan_grad_accum_steps"], p05["plan_seq_len"])
+    assert planned == (job["model"], job["gpu"], job["per_device_batch"], job["grad_accum_steps"], job["seq_len"])
+    assert (p05["lora_r"], p05["lora_dropout"]) == (job["lora_r"], job["lora_dropout"])
+    assert (p08["per_device_batch"], p08["grad_accum_steps"], p08["seq_len"]) == (
+        job["per_device_batch"],
+        job["grad_accum_steps"],
+        job["seq_len"],
+    )
+    defaults = inspect.signature(load_qlora).parameters
+    assert (defaults["r"].default, defaults["dropout"].default) == (job["lora_r"], job["lora_dropout"])
+    assert TrainingArguments.__dataclass_fields__["optim"].default == job["optimizer"]
+
+
+def test_05_and_08_print_one_figure_for_the_7b_job(notebook_run):
+    """`KIT_ONLY="05 08"`: the total 05 prints for notebook 08's job is the one 08 prints before it trains."""
+    r = figures_of(notebook_run, ("05_qlora", "08_capstone"))
+    assert r["05_qlora"]["capstone_7b_total_gib"] == r["08_capstone"]["planned_total_gib_t4"]
+    settings = r["05_qlora"]["capstone_7b_settings"]
+    assert (settings["method"], settings["precision"], settings["gpu"]) == ("qlora", "fp16", "T4")
+    differ = r["05_qlora"]["plan_7b_differs_from_capstone"]
+    assert r["05_qlora"]["plan_7b_total_gib"] == r["05_qlora"]["capstone_7b_total_gib"] or differ, (
+        "where the plan's last step and 08's job differ in total, 05 names the settings that differ"
+    )

@@ -22,7 +22,7 @@ import pytest
 from fake_servers import silent_server
 from transformers import Trainer, TrainingArguments
 
-from helpers import tracking
+from helpers import tokens, tracking
 from helpers.data import pack_course_data
 from helpers.manifest import MANIFEST_NAME, ManifestCallback, load_manifest, scrub_secrets
 from helpers.models import load_model
@@ -225,7 +225,7 @@ def test_secret_stores_that_raise_or_hang_never_stop_the_run(sandbox, monkeypatc
 
     fake_colab(monkeypatch, colab_get)
     fake_kaggle(monkeypatch, kaggle_get)
-    monkeypatch.setattr(tracking, "SECRET_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(tokens, "SECRET_TIMEOUT_S", 0.5)  # the lookup is helpers.tokens' (tests/test_tokens.py)
     run = init_tracking("kit-test")
     assert not answered.is_set(), "init_tracking waited for the store instead of giving up at its bound"
     release.set()

@@ -2,18 +2,28 @@
 
 Private to `helpers.estimate` (taught in notebook 01, memory anatomy; `python -m helpers plan
 --model`). `_shapes` reads what this returns into a `Shape`. The network only for a Hub id, and
-only for its config.json, in bounded time; offline, the error says where else to get it.
+only for its config.json: through huggingface_hub (its cache, the student's token from
+`helpers.tokens`), bounded in time as `helpers.models` bounds every Hub call, once a session per
+model; offline, the error says where else to get it.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from pathlib import Path
 
-__all__ = ["CONFIG_TIMEOUT_S", "WAYS_IN", "config_dict", "hub_page_id", "looks_like_hub_id", "looks_like_path"]
+__all__ = [
+    "WAYS_IN",
+    "config_dict",
+    "hub_config",
+    "hub_page_id",
+    "looks_like_hub_id",
+    "looks_like_path",
+]
 
-CONFIG_TIMEOUT_S = 20.0  # seconds for a Hub config.json (a few KB) once the Hub has answered
+_FETCHED: dict[tuple[str, str], dict] = {}  # (endpoint, Hub id) -> its config.json: one download a session
 _HUB_PAGE = re.compile(r"(?:https?://)?(?:www\.)?(?:huggingface\.co|hf\.co)/([^/\s]+/[^/\s?#]+)")
 WAYS_IN = (
     "Pass a catalog name, a path to a model's config.json (or its folder), a Hub id such as "
@@ -62,33 +72,72 @@ def looks_like_hub_id(text: str) -> bool:
 
 
 def hub_config(hub_id: str) -> dict:
-    """Fetch only config.json from the Hub, in bounded time; offline, say where else to get it."""
-    import urllib.error
-    import urllib.request
+    """A Hub model's config.json, through huggingface_hub with the student's token: fetched once a session
+    per model (then from memory, so a planner's slider never asks again), from the Hub cache when the
+    Hub does not answer, in bounded time; an error names the cause (gated, not found, offline) and the fix."""
+    from helpers.models import hub_endpoint
 
+    key = (hub_endpoint(), hub_id)
+    if key not in _FETCHED:
+        _FETCHED[key] = read_json(Path(_download(hub_id)))
+    return copy.deepcopy(_FETCHED[key])
+
+
+def _download(hub_id: str) -> str:
+    """The path of `hub_id`'s config.json in the Hub cache: downloaded when the Hub answers, else the cached copy."""
+    from huggingface_hub import hf_hub_download, try_to_load_from_cache
+
+    from helpers import models  # at call time: the bounds as the caller set them
     from helpers.env import call_within
-    from helpers.models import hub_endpoint, hub_reachable
+    from helpers.tokens import hub_token
 
-    url = f"{hub_endpoint()}/{hub_id}/resolve/main/config.json"
+    url = f"{models.hub_endpoint()}/{hub_id}/resolve/main/config.json"
     local = (
         f"download {url} on a machine with internet and pass its path in place of {hub_id!r} "
         "(the command line: --model ./config.json; a notebook: planner('./config.json', ...))"
     )
-    if not hub_reachable():
+    if not models.hub_reachable():
+        try:
+            cached = try_to_load_from_cache(hub_id, "config.json")
+        except ValueError:  # not a repository id huggingface_hub accepts
+            cached = None
+        if isinstance(cached, str):
+            return cached
         raise ValueError(f"{hub_id!r} is not in the catalog and the Hugging Face Hub does not answer: {local}")
-
-    def fetch() -> dict:
-        with urllib.request.urlopen(url, timeout=CONFIG_TIMEOUT_S) as reply:
-            return json.loads(reply.read())
-
+    token = hub_token()  # the environment, huggingface_hub's login or Colab secret, Kaggle's secrets
+    fetch = dict(endpoint=models.hub_endpoint(), token=token)
     try:
-        return call_within(CONFIG_TIMEOUT_S, fetch)
-    except urllib.error.HTTPError as e:
-        why = (
-            "gated: accept its licence on its page, then"
-            if e.code in (401, 403)
-            else f"HTTP {e.code}: check the id, or"
-        )
-        raise ValueError(f"the Hub has no readable config.json for {hub_id!r} ({why}) {local}") from None
-    except (OSError, TimeoutError, json.JSONDecodeError) as e:
-        raise ValueError(f"could not fetch {hub_id!r}'s config.json ({e}): {local}") from None
+        return call_within(models.HUB_METADATA_TIMEOUT_S, hf_hub_download, hub_id, "config.json", **fetch)
+    except TimeoutError:
+        bound = models.HUB_METADATA_TIMEOUT_S
+        why = f"the Hub did not send it within {bound:g} s (raise helpers.models.HUB_METADATA_TIMEOUT_S)"
+    except Exception as e:  # huggingface_hub's errors, and its HTTP client's, which differ across versions
+        why = _why(e, hub_id, token is not None)
+    raise ValueError(f"could not read the config.json of {hub_id!r}: {why}. Or {local}") from None
+
+
+def _why(error: Exception, hub_id: str, token: bool) -> str:
+    """What a failed config.json download means for the student, from huggingface_hub's error."""
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RemoteEntryNotFoundError, RepositoryNotFoundError
+
+    from helpers.catalog import nearest_models
+    from helpers.models import hub_endpoint
+    from helpers.tokens import HUB_TOKEN, where_to_add
+
+    page = f"{hub_endpoint()}/{hub_id}"
+    status = getattr(getattr(error, "response", None), "status_code", None)
+    set_token = f"set HF_TOKEN to a read token of the account that accepted it. {where_to_add(HUB_TOKEN)}"
+    if isinstance(error, GatedRepoError) or (status == 403 and isinstance(error, HfHubHTTPError)):
+        sent = "the token sent has no access to it yet" if token else "no Hugging Face token was found"
+        return f"it is gated and {sent}: accept the licence on {page}, then {set_token}"
+    if isinstance(error, RepositoryNotFoundError):
+        nearest = ", ".join(nearest_models(hub_id))
+        hint = f"check the id (the catalog's nearest: {nearest})" if nearest else "check the id"
+        private = "" if token else f"; if it is private or gated, accept its licence on {page} and {set_token}"
+        return f"the Hub has no model {hub_id!r} this session can see: {hint}{private}"
+    if isinstance(error, RemoteEntryNotFoundError):
+        return "the repository has no config.json at its top: it is not a transformers model, or not this one"
+    if isinstance(error, HfHubHTTPError):
+        return f"the Hub answered HTTP {status}: try again in a minute"
+    lines = str(error).strip().splitlines()
+    return f"the Hugging Face Hub could not be reached ({type(error).__name__}: {lines[0][:200] if lines else ''})"

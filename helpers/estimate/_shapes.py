@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from helpers.catalog import find
+from helpers.catalog import resolve_model
 from helpers.estimate._configs import WAYS_IN, config_dict, hub_page_id, looks_like_hub_id, looks_like_path
 
 __all__ = [
@@ -211,10 +211,13 @@ def shape_of(model) -> Shape:
     if isinstance(model, str):
         model = hub_page_id(model.strip())
         try:
-            return Shape(**find("models", model)[1]["shape"])
+            match = resolve_model(model)  # a catalog name, its Hub id, or a variant of the same shapes
         except ValueError as unknown:
             if not (looks_like_path(model) or looks_like_hub_id(model)):
                 raise ValueError(f"{unknown}. {WAYS_IN}") from None
+        else:
+            if not (match.note and looks_like_path(model)):  # a folder named like a variant is read as the folder
+                return Shape(**match.entry["shape"])
     config = config_dict(model)
     impl = getattr(model, "_attn_implementation", None) or config.get("_attn_implementation")
     return _shape_from_config(config, impl)

@@ -34,8 +34,9 @@ from helpers.maintainer.train_template import TRAIN_TEMPLATE
 __all__ = ["EXPORTABLE", "ExportError", "accelerate_config", "export", "notebook_parameters", "sbatch_script"]
 
 EXPORTABLE = {"08": "08_capstone"}  # notebook number -> source stem: what `export` knows how to turn into a job
-# the notebook's demonstrations only: a real job is cut short by Slurm, answers no question, trains no tiny model
-SKIPPED = ("disconnect_after_step", "max_new_tokens", "tiny_learning_rate", "merge_base_id", "hub_repo")
+# the notebook's demonstrations only: a real job is cut short by Slurm, answers no question, trains no tiny model,
+# mounts no Google Drive
+SKIPPED = ("disconnect_after_step", "max_new_tokens", "tiny_learning_rate", "merge_base_id", "hub_repo", "use_drive")
 # what an #SBATCH line can carry, unquoted (sbatch splits it on spaces and takes quotes off), matched whole
 TIME_FORMAT = re.compile(r"(\d+-)?\d{1,2}:\d{2}:\d{2}")  # Slurm's [D-]HH:MM:SS
 NAME = r"[A-Za-z0-9_][A-Za-z0-9._-]*"  # a job name, and the run's folder: not "..", not an option

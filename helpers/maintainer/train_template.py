@@ -17,8 +17,11 @@ then (export again to follow a change). The kit must be installed (pip install t
     accelerate launch --config_file accelerate_config.yaml train.py  # 1..N GPUs on this machine
     sbatch job.sbatch                                                # Slurm: requeued on preemption
 
-Started again with the same --output-dir (a requeued job is), it goes on from the newest whole
-checkpoint of this model (helpers.resume.latest_valid_checkpoint); a finished run trains nothing more.
+Started again with the same --output-dir and the same settings (a requeued job is), it goes on from the
+newest whole checkpoint of this model (helpers.resume.latest_valid_checkpoint); a finished run trains
+nothing more. Started with a setting that decides the result changed (--learning-rate, --max-steps, ...:
+helpers.runs.RESULT_SETTINGS), it says which and trains a new run beside it, in OUTPUT_DIR-2 (-3, ...),
+never on from the old run's checkpoints (helpers.runs.choose_run_folder).
 It never trains over a checkpoint it cannot use: newer ones it skips are moved to
 OUTPUT_DIR/rejected-<time>/, and when none can be resumed it stops and says what is wrong with each
 (--set-aside-rejected moves them there and starts afresh).
@@ -46,7 +49,11 @@ def parse_args(argv=None):
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=text)
         else:
             parser.add_argument(flag, type=type(default), default=default, help=text)
-    parser.add_argument("--output-dir", help="checkpoints go here; a restart resumes here (default: runs/RUN_NAME)")
+    parser.add_argument(
+        "--output-dir",
+        help="checkpoints go here, and a restart with the same settings resumes here; a changed setting trains in "
+        "OUTPUT_DIR-2, -3, ... (default: runs/RUN_NAME)",
+    )
     parser.add_argument("--track", action="store_true", help="track with W&B (offline without a key), notebook 06")
     parser.add_argument(
         "--set-aside-rejected",
@@ -113,27 +120,41 @@ def main(argv=None):
     from helpers.manifest import MANIFEST_NAME, ManifestCallback, load_manifest
     from helpers.models import is_embedded
     from helpers.qlora import load_qlora
+    from helpers.runs import choose_run_folder
     from helpers.seeds import seed_everything
     from helpers.training import training_args
 
     datasets.disable_progress_bars()
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
         os.environ.setdefault("ACCELERATE_USE_CPU", "true")  # no GPU: the processes train on CPU over gloo
-    output_dir = Path(opts.output_dir or Path("runs") / opts.run_name).resolve()
     seed_everything(opts.seed)
     model, tokenizer = load_qlora(opts.model_id, smoke=opts.smoke)
     if is_embedded(model) and not torch.cuda.is_available():
         torch.set_num_threads(1)  # the tiny model's matrices are too small to share out
     model_name = "embedded" if is_embedded(model) else opts.model_id
+    train, held_out = course_data(tokenizer, opts, tiny=opts.smoke or is_embedded(model))
+    # the same settings find the same folder, so a requeued job goes on with its run (notebook 08's rule)
+    output_dir = choose_run_folder(
+        Path(opts.output_dir or Path("runs") / opts.run_name).resolve(),
+        model,
+        train,
+        model_id=model_name,
+        seq_len=opts.seq_len,
+        learning_rate=opts.learning_rate,
+        max_steps=opts.max_steps,
+        num_train_epochs=opts.num_train_epochs,
+        per_device_batch=opts.per_device_batch,
+        grad_accum_steps=opts.grad_accum_steps,
+        seed=opts.seed,
+    )
     resume_from, in_the_way = choose_checkpoint(output_dir, model, opts)
     if in_the_way and int(os.environ.get("RANK", "0")) == 0:  # one process moves them; every one resumes the same
         aside = set_aside(output_dir, in_the_way)
         print(f"moved {', '.join(p.name for p in in_the_way)} to {aside}: kept whole, where this run cannot overwrite")
     if resume_from and finished(resume_from):
-        print(f"{resume_from} ends a finished run: nothing left to train (a new --output-dir starts afresh)")
+        print(f"{resume_from} ends a finished run: nothing left to train (a changed setting trains a new run)")
         return 0
     print(f"resuming from {resume_from}" if resume_from else f"starting afresh in {output_dir}")
-    train, held_out = course_data(tokenizer, opts, tiny=opts.smoke or is_embedded(model))
     report_to = "none"
     if opts.track and int(os.environ.get("RANK", "0")) == 0:
         from helpers.tracking import init_tracking
@@ -170,7 +191,7 @@ def main(argv=None):
         train_dataset=train,
         eval_dataset=held_out,
         data_collator=DataCollatorForSeq2Seq(tokenizer),  # pads the labels with -100: padding is not learned
-        callbacks=[ManifestCallback(model_id=model_name, dataset=train)],
+        callbacks=[ManifestCallback(model_id=model_name, dataset=train, seq_len=opts.seq_len)],
     )
     trainer.train(resume_from_checkpoint=resume_from)
     eval_loss = trainer.evaluate()["eval_loss"]

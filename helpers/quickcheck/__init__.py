@@ -10,6 +10,7 @@ In a notebook (00 ... 08 end with these cells):
 For instructors (see the README):
 
     python -m helpers.quickcheck student notebooks/ handout/           # student versions
+    python -m helpers.quickcheck key --out answer_key.md               # the answer key, for you only
     python -m helpers.quickcheck grade submissions/ --out grades.csv   # grade without running them
 
 Modules: `bank` (the questions, one JSON file per notebook), `answers` (an answer's canonical form),
@@ -19,9 +20,9 @@ command and the authoring format), `judging` (the one rule that judges an answer
 `reading` (answers from a notebook's text, without running it), `safe_eval`, `limits` (the bounds
 on one file's work), `grading` (the batch), `grades` (what it produces, per file and per student), `gradebook` (CSV,
 feedback, report), `writing` (every output path checked, files written whole), `roster` and `lms`
-(an LMS's roster in, its grade-import file out), `escaping`
-(every string that leaves the grader), `handout` and `blanking`
-(student versions).
+(an LMS's roster in, its grade-import file out), `near_ids` (ids that read alike, C03 and C003,
+flagged when there is no roster), `escaping` (every string that leaves the grader), `handout` and
+`blanking` (student versions), `key` (the instructors' answer key, and every point total).
 """
 
 from helpers.quickcheck.checks import ask, check

@@ -5,6 +5,7 @@ python -m helpers.quickcheck grade SUBMISSION... [--out grades.csv] [--notebook 
         [--format csv|canvas|gradescope|moodle --roster ROSTER.csv [--roster-key COLUMN]
          [--roster-delimiter ,|;|TAB] [--assignment NAME | --assignment NN=NAME ...]]
 python -m helpers.quickcheck seal BANK.json...                      # hash the plain answers of a bank file
+python -m helpers.quickcheck key [--out KEY.md] [--notebook NN|all ...] [--student ID]  # instructors' answer key
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ __all__ = ["main"]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m helpers.quickcheck",
-        description="Student versions and bulk grading of the notebooks' quick checks.",
+        description="Student versions, bulk grading and the answer key of the notebooks' quick checks.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     student = sub.add_parser(
@@ -45,12 +46,15 @@ def main(argv: list[str] | None = None) -> int:
     _add_lms_options(grade)
     seal = sub.add_parser("seal", help="replace the plain answers in bank files by hashes (for bank authors)")
     seal.add_argument("banks", nargs="+", type=Path)
+    _add_key_parser(sub)
     args = parser.parse_args(argv)
 
     if args.command == "student":
         return _student(args.src, args.out)
     if args.command == "grade":
         return _grade(args)
+    if args.command == "key":
+        return _key(args)
     from helpers.quickcheck.bank import BankError
     from helpers.quickcheck.sealing import seal_file
 
@@ -63,6 +67,66 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"{path}: sealed {', '.join(sealed) or 'nothing (no plain answers)'}")
     return 0
+
+
+def _add_key_parser(sub) -> None:
+    key = sub.add_parser(
+        "key", help="the instructors' answer key from the bank: every question, its right answer and why"
+    )
+    key.add_argument("--out", type=Path, help="write it to this Markdown file (e.g. answer_key.md); default: print it")
+    key.add_argument(
+        "--notebook", action="append", metavar="NN", help="only these notebooks (00 ... 08, or 'all'; repeatable)"
+    )
+    key.add_argument(
+        "--student", metavar="ID", help="add this student's own numbers to the questions that give each their own"
+    )
+
+
+def _key(args: argparse.Namespace) -> int:
+    from helpers.quickcheck.escaping import shown_path
+    from helpers.quickcheck.key import answer_key, notebook_points
+
+    notebooks, problem = _named_notebooks(args.notebook)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    text = answer_key(notebooks or None, args.student)
+    if args.out is None:
+        print(text, end="")
+        return 0
+    out = args.out
+    if out.suffix.lower() == ".ipynb" or out.is_dir():
+        print(
+            f"error: --out {shown_path(out)} must be a Markdown file, not a notebook or a folder: the key is never "
+            "written into a handout; use e.g. --out answer_key.md",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+    except OSError as e:
+        print(f"error: could not write {shown_path(out)} ({e.strerror or type(e).__name__})", file=sys.stderr)
+        return 2
+    points = notebook_points(notebooks or None)
+    print(
+        f"wrote {shown_path(out)}: notebooks {', '.join(points)}, {sum(points.values()):g} points. For instructors "
+        "only: keep it out of the handout folder and of anything students can open"
+    )
+    return 0
+
+
+def _named_notebooks(values: list[str] | None) -> tuple[list[str], str]:
+    """The notebooks named with --notebook ('all' for every one), or an error line naming the real ones."""
+    from helpers.quickcheck.bank import bank_notebooks
+    from helpers.quickcheck.escaping import shown
+
+    known = bank_notebooks()
+    notebooks = [nb for n in values or [] for nb in (known if n.strip().lower() == "all" else [n.strip()])]
+    unknown = [n for n in notebooks if n not in known]
+    if unknown:
+        return [], f"--notebook {shown(unknown[0], 40)} has no questions; use one of {', '.join(known)}, or all"
+    return sorted(set(notebooks)), ""
 
 
 def _student(src: Path, out: Path) -> int:
@@ -141,20 +205,14 @@ def _read_roster(args: argparse.Namespace):
 
 
 def _grade(args: argparse.Namespace) -> int:
-    from helpers.quickcheck.bank import bank_notebooks
     from helpers.quickcheck.escaping import shown, shown_path
     from helpers.quickcheck.gradebook import course_basis, score_summary
     from helpers.quickcheck.grading import collect, grade
 
     submissions, out = args.submissions, args.out
-    known = bank_notebooks()
-    notebooks = [nb for n in args.notebook or [] for nb in (known if n.strip().lower() == "all" else [n.strip()])]
-    unknown = [n for n in notebooks if n not in known]
-    if unknown:
-        print(
-            f"error: --notebook {shown(unknown[0], 40)} has no questions; use one of {', '.join(known)}, or all",
-            file=sys.stderr,
-        )
+    notebooks, problem = _named_notebooks(args.notebook)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     missing = [p for p in submissions if not p.exists()]
     if missing:
@@ -185,6 +243,7 @@ def _grade(args: argparse.Namespace) -> int:
         f"gradebook: {shown_path(run.csv_path)}\nfeedback for each student: {shown_path(run.feedback_dir)}/\n"
         f"report: {shown_path(run.report_path)}"
     )
+    _print_near_ids(run)
     if run.roster_check is not None:
         c = run.roster_check
         print(
@@ -194,6 +253,26 @@ def _grade(args: argparse.Namespace) -> int:
         for s in c.unknown:
             print(f"  not on the roster: {shown(s.student_id, 100)} ({shown_path(s.path)})")
     return 0
+
+
+def _print_near_ids(run) -> None:
+    """Without a roster: ids that read alike (C03, C003), each group on one line; the report says more."""
+    from helpers.quickcheck.escaping import shown
+    from helpers.quickcheck.near_ids import near_duplicates
+
+    groups = near_duplicates(run.submissions) if run.roster_check is None else []
+    if not groups:
+        return
+    print(
+        f"near-duplicate student ids ({len(groups)}), graded as different students, not merged: the report's "
+        '"Near-duplicate student ids" section lists their files and what to do'
+    )
+    for group in groups:
+        counts = [len(subs) for _, subs in group.spellings]
+        print(
+            "  "
+            + ", ".join(f"{shown(w, 100)} ({n} file{'s' if n != 1 else ''})" for w, n in zip(group.written(), counts))
+        )
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from helpers.quickcheck.bank import Question
 from helpers.quickcheck.escaping import csv_cell, md_code, md_text, shown, shown_path
 from helpers.quickcheck.grades import LABELS, MISSING, UNREADABLE, GradeRun, SubmissionGrade, by_student, id_key
 from helpers.quickcheck.judging import CORRECT, INVALID, NEEDS_ID, UNANSWERED, WRONG
+from helpers.quickcheck.near_ids import NEAR_IDS_ADVICE, near_duplicates
 
 __all__ = ["ATTEMPTS", "course_basis", "csv_text", "feedback_text", "report_text", "score_summary"]
 
@@ -104,6 +105,8 @@ def report_text(run: GradeRun, questions: list[Question]) -> str:
     lines += _section("Read, with notes", [_notes_line(s) for s in readable if _notes_of(s)])
     lines += _section("Skipped in folders", [f"{md_code(p)}: {md_text(why)}" for p, why in run.skipped])
     lines += _ids_section(readable)
+    if run.roster_check is None:  # with a roster, an id that matches no one is listed in its Roster section
+        lines += _near_ids_section(readable)
     if len(run.notebooks) > 1:
         lines += _course_section(readable, run.notebooks, run.issued)
     if questions and readable:
@@ -225,6 +228,21 @@ def _ids_section(readable: list[SubmissionGrade]) -> list[str]:
             + " (the highest total counts): "
             + ", ".join(md_code(s.path) for s in group)
         )
+    return lines + [""]
+
+
+def _near_ids_section(readable: list[SubmissionGrade]) -> list[str]:
+    """Ids that differ only by case, zero padding or separators (C03, C003, c-03): one student, or two?"""
+    groups = near_duplicates(readable)
+    if not groups:
+        return []
+    lines = [f"## Near-duplicate student ids ({len(groups)})", "", f"These ids read alike: {NEAR_IDS_ADVICE}.", ""]
+    for group in groups:
+        students = []
+        for written, (_, subs) in zip(group.written(), group.spellings):
+            files = ", ".join(f"{md_code(s.path)} (notebook {s.notebook or '-'})" for s in subs)
+            students.append(f"{md_code(written, 200)} in {files}")
+        lines.append(f"- {len(students)} students: " + "; ".join(students))
     return lines + [""]
 
 

@@ -9,8 +9,9 @@ it holds; one bad file never stops the batch. Next to the CSV, `gradebook` write
     grades_feedback/      one text file per submission, for the student: result, hint or
                           explanation per question (never the right answer to a missed question)
     grades_report.md      for the instructor: files that could not be read and why, damaged files,
-                          missing or shared student ids, how the class did on each question, and
-                          what an attempt count can and cannot prove
+                          missing or shared student ids, ids that read alike without a roster
+                          (`near_ids`), how the class did on each question, and what an attempt
+                          count can and cannot prove
 
 Each file is read, graded and let go before the next (nothing it held outlives its row), within
 the bounds of `limits`: at most 25 MB read, 200 K characters of code parsed, about a second.

@@ -9,7 +9,13 @@ students get:
 2. any answer line that still holds a value (`answer_q.. = ...`, `student_id = ...`, or a name
    passed to `check()`) is blanked (None, ""), so an answer written outside the markers never
    reaches students; each one is listed (`blanking`);
-3. outputs, execution counts, widget state and cell metadata other than tags are stripped.
+3. outputs, execution counts, widget state and cell metadata are stripped, except the tags and
+   how a cell is folded (`FOLDING`: the install cell and the cell that records the figures start
+   folded in the kit's notebooks, `jupyter.source_hidden` for JupyterLab, `cellView` for Colab),
+   kept exactly as the original has them.
+
+A notebook that holds the answer key's marker (`key.KEY_MARKER`: the key pasted into a cell) is
+refused: the key never reaches a student version.
 
 It refuses what it cannot blank for sure, instead of passing it through: an answer set in an
 if-block, unpacked, passed to `check()` itself, named in a string, on an IPython line, in a cell
@@ -28,6 +34,7 @@ from pathlib import Path
 
 from helpers.quickcheck.bank import QUESTION_ID, get_question
 from helpers.quickcheck.blanking import blank_answers, passed_names
+from helpers.quickcheck.key import KEY_COMMAND, KEY_MARKER
 from helpers.quickcheck.reading import (
     MARKER,
     MISSING,
@@ -39,10 +46,13 @@ from helpers.quickcheck.reading import (
     scan,
 )
 
-__all__ = ["BEGIN", "END", "HandoutError", "student_version", "write_student_versions"]
+__all__ = ["BEGIN", "END", "FOLDING", "HandoutError", "student_version", "write_student_versions"]
 
 BEGIN = re.compile(r"^\s*(#+|<!--)\s*BEGIN SOLUTION\b", re.I)
 END = re.compile(r"^\s*(#+|<!--)\s*END SOLUTION\b", re.I)
+# the cell metadata a student version keeps: tags, and how the cell is folded (Colab's form view,
+# JupyterLab's hidden source or outputs, classic Jupyter's collapsed outputs); "jupyter" keeps only these keys
+FOLDING = {"tags": None, "cellView": None, "collapsed": None, "jupyter": ("source_hidden", "outputs_hidden")}
 
 
 class HandoutError(ValueError):
@@ -76,8 +86,12 @@ def student_version(nb: dict, name: str = "notebook") -> tuple[dict, list[str]]:
             notes += [f"cell {number}: {c} was computed; check that no cell gives it away" for c in result.computed]
             notes += _marker_notes(source, number)
             cell["outputs"], cell["execution_count"] = [], None
-        tags = cell.get("metadata", {}).get("tags")
-        cell["metadata"] = {"tags": tags} if tags else {}
+        if KEY_MARKER in source:
+            problems.append(
+                f"{name}, cell {number}: holds the answer key ({KEY_COMMAND}'s output): delete the cell, the key "
+                "is for instructors only"
+            )
+        cell["metadata"] = _kept_metadata(cell.get("metadata"))
         cell["source"] = python_lines(source)
         cells.append(cell)
     problems = problems or _still_answered(cells, name)
@@ -124,6 +138,19 @@ def write_student_versions(src: Path, out: Path) -> list[tuple[Path, list[str]]]
         target.write_text(json.dumps(version, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         made.append((target, notes))
     return made
+
+
+def _kept_metadata(metadata: object) -> dict:
+    """The tags and folding of a cell's metadata, as the original has them (`FOLDING`); nothing else."""
+    metadata = metadata if isinstance(metadata, dict) else {}
+    kept = {}
+    for key, inner in FOLDING.items():
+        value = metadata.get(key)
+        if inner is not None:
+            value = {k: value[k] for k in inner if k in value} if isinstance(value, dict) else None
+        if value not in (None, [], {}):
+            kept[key] = value
+    return kept
 
 
 def _source(cell: dict) -> str:

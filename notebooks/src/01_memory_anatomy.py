@@ -2,7 +2,7 @@
 # # 01 · Memory anatomy: where every byte of a training step goes
 #
 # **Hardware:** any runtime; a T4 shows the GPU's own peak beside the exact count.
-# **Time:** about 2 minutes on a T4 including the install (an estimate: not yet timed on one); 15 s on a CPU (measured on a 2-core AMD EPYC, 2026-12-03).
+# **Time:** about 2 minutes on a T4 including the install (an estimate: not yet timed on one); 15-21 s on a CPU (measured on 2 machines: 15 s on a 2-core AMD EPYC with AVX512-BF16, 2026-12-03; 21 s on a 2-core AMD EPYC with no bf16 units, 2026-12-03).
 #
 # "CUDA out of memory" says a job did not fit, not why. This notebook measures each line of one
 # training step's bill (weights, gradients, optimizer states, activations), predicts it from the
@@ -345,9 +345,10 @@ for name in ("SmolLM2-135M", "Qwen2.5-0.5B", "Qwen2.5-1.5B"):
 # ## A plan for a 7B model on a T4
 #
 # `plan` starts from the job as asked (a full fine-tune in fp32, 4 x 512 tokens) and applies
-# techniques in order of cost until it fits: mixed precision, gradient checkpointing, a smaller
-# micro-batch with gradient accumulation (left out when it would not lower the estimate), an 8-bit
-# optimizer, LoRA, QLoRA. The table lists the steps taken.
+# techniques in order of cost until it fits: mixed precision, a fused loss (the logits never held
+# whole), gradient checkpointing, a smaller micro-batch with gradient accumulation (left out when it
+# would not lower the estimate), an 8-bit optimizer, LoRA, QLoRA. The table lists the steps taken
+# and what each costs you.
 
 # %%
 from helpers.plan import format_plan, plan
@@ -355,11 +356,22 @@ from helpers.plan import format_plan, plan
 steps = plan(plan_model, plan_card, per_device_batch=4, seq_len=512, precision="fp32")
 print(f"{plan_model}, full fine-tune, 4 x 512 tokens, starting in fp32")
 print(format_plan(steps, plan_card))
-ladder = ["mixed precision", "gradient checkpointing", "gradient accumulation", "8-bit optimizer", "LoRA", "QLoRA"]
 taken = [s.technique for s in steps]
-last = max(ladder.index(t) for t in taken[1:]) if len(taken) > 1 else -1
-skipped = [t for t in ladder[: last + 1] if t not in taken]
+skipped = steps.left_out  # the techniques plan tried and left out
 print("tried and left out, since it would not lower the estimate:", ", ".join(skipped) or "nothing")
+
+# %% [markdown]
+# What each step changed, read from the estimates: the total, and the line that moved most.
+
+# %%
+bill_lines = ("weights", "gradients", "optimizer", "activations")
+plan_changes = {}  # technique -> change of the predicted total, GiB
+for before, after in zip(steps, steps[1:]):
+    moved = {k: (getattr(after.estimate, k) - getattr(before.estimate, k)) / GIB for k in bill_lines}
+    most = max(moved, key=lambda k: abs(moved[k]))
+    change = plan_changes[after.technique] = (after.estimate.total - before.estimate.total) / GIB
+    direction = "more" if change > 0 else "less" if change < 0 else "no change"
+    print(f"{after.technique:24} {abs(change):7.2f} GiB {direction:9} (most of it: {most} {moved[most]:+.2f} GiB)")
 
 # %%
 import matplotlib.pyplot as plt
@@ -381,18 +393,22 @@ plt.show()
 
 # %% [markdown]
 # **What to see:** bars above the dashed line do not fit. At 7B the bill is about 16 bytes a parameter
-# of fp32 weights, gradients and AdamW states: mixed precision and checkpointing, which shrink only
-# activations, barely move it. The 8-bit optimizer cuts the states; only 4-bit weights (QLoRA) get
-# under the line. From a terminal: `python -m helpers plan --model Mistral-7B --gpu T4 --seq-len 512`.
+# of fp32 weights, gradients and AdamW states. Mixed precision leaves those in fp32 (the master
+# weights) and computes in 16 bits, keeping 16-bit copies beside fp32 tensors: the lines before the
+# plot say whether that lowered or raised this job's bill. Checkpointing shrinks only the activations.
+# The 8-bit optimizer cuts the states; only 4-bit weights (QLoRA) get under the line. From a terminal:
+# `python -m helpers plan --model Mistral-7B --gpu T4 --seq-len 512`.
 #
 # ## Your own plan, with controls
 #
-# Pick a model (a catalog name, or a Hub id when the Hub answers), a method, a precision, the
-# per-device batch, the sequence length, checkpointing, your loop and a card: the bill is redrawn
-# and the verdict said again at each change. The bars stack what the card must hold at its peak;
-# the solid line is what PyTorch can use on the card, the dashed one leaves the estimator's known
-# error free. Where the controls do not show, the cell still prints the bill for its starting
-# values: change them in the call.
+# Pick a model (a catalog name such as `Llama-3-8B`, or a Hub id when the Hub answers; press Enter), a
+# method, the LoRA rank, a precision, the optimizer, a fused loss, the per-device batch, the sequence
+# length, checkpointing, your loop and a card: the bill is redrawn and the verdict said again at each
+# change. Under the bill: the stack the verdict assumes and, when the job does not fit, the changes
+# that make it fit, cheapest first, each with its predicted total. The bars stack what the card must
+# hold at its peak; the solid line is what PyTorch can use on the card, the dashed one leaves the
+# estimator's known error free. Where the controls do not show, the cell still prints the bill for
+# its starting values: change them in the call.
 
 # %%
 from helpers.planner import planner
@@ -489,6 +505,7 @@ helpers.record("plan_steps", taken)
 helpers.record("plan_skipped", skipped)
 helpers.record("plan_totals_gib", [round(t, 2) for t in totals_gib])
 helpers.record("plan_fits", [s.fits for s in steps])
+helpers.record("plan_changes_gib", {k: round(v, 3) for k, v in plan_changes.items()})
 helpers.record("plan_card_gib", round(card_gib, 3))
 helpers.record("plan_7b_t4_last_step", steps[-1].technique)
 helpers.record("plan_7b_t4_total_gib", round(steps[-1].estimate.total / GIB, 2))

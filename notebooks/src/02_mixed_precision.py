@@ -3,7 +3,7 @@
 #
 # **Hardware:** any runtime. On a T4 it measures fp32, fp16 and bf16; on a CPU, fp32 against bf16 on
 # the small model that ships with the course.
-# **Time:** about 2 minutes on a T4 including the install (an estimate: not yet timed on one); 14 s on a CPU (measured on a 2-core AMD EPYC, 2026-12-03).
+# **Time:** about 2 minutes on a T4 including the install (an estimate: not yet timed on one); 14-20 s on a CPU (measured on 2 machines: 14 s on a 2-core AMD EPYC with AVX512-BF16, 2026-12-03; 20 s on a 2-core AMD EPYC with no bf16 units, 2026-12-03).
 #
 # Claim: 16 bits halve the memory of what they cover, and run faster on a GPU. Below: how fp16 breaks,
 # memory and time per precision, and a fine-tune with the Trainer recipe written out.
@@ -95,7 +95,8 @@ per_device_batch = 4  # sequences per micro-batch
 seq_len = 256  # tokens per sequence: 4 x 256 = 1,024 tokens per step
 timing_steps = 3  # training steps timed per precision; the median is reported
 max_steps = 20  # optimizer steps of the fine-tune at the end (the course's own tests run 4)
-learning_rate = 5e-4  # of that fine-tune
+learning_rate = 5e-5  # on a real model: 5e-5 for a full fine-tune (as here), 2e-4 for LoRA or QLoRA
+tiny_learning_rate = 3e-3  # used on the tiny built-in model instead: 3e-3 full, 1e-2 LoRA (notebook 06's sweep)
 
 # %%
 # The setup in one call: one GPU (Kaggle shows two; the pin must come before CUDA starts), what this
@@ -222,10 +223,15 @@ print(f"S doubles again after {scaler.get_growth_interval()} clean steps in a ro
 
 # %%
 from helpers.data import load_course_data
-from helpers.models import load_model
+from helpers.models import is_embedded, load_model
 
 model, tokenizer = load_model(model_id, smoke=smoke, dtype=torch.float32)
 model.train()
+if is_embedded(model):  # its 0.3M weights need far larger steps than a real model's
+    print(
+        f"tiny model: learning rate {tiny_learning_rate:g}, not a real model's {learning_rate:g} (see the parameters cell)"
+    )
+    learning_rate = tiny_learning_rate
 device = next(model.parameters()).device
 rows = load_course_data()
 ids = [
@@ -373,13 +379,21 @@ for name, s in step_seconds.items():
 # 16 bits are faster only where the hardware multiplies 16-bit matrices itself: tensor cores on a GPU
 # (a T4's for fp16, an A100's for fp16 and bf16), and on some CPUs the AMX or AVX512-BF16
 # instructions; elsewhere bf16 is converted and computed in fp32, and autocast's casts cost time.
-# What this machine has, and one 1,024 x 1,024 matrix product in each precision, timed 20 times:
+# What this machine has, and one matrix product in each precision, timed 20 times: 1,024 x 1,024
+# where the hardware multiplies bf16 matrices itself, smaller on a CPU without bf16 units (a bf16
+# product runs in software there, tens of times slower: the cell says by how much it was sized down).
 
 # %%
 from helpers.env import cpu_bf16_units
 
+full_size = 1024  # rows (= columns) of each matrix where 16-bit matrix units do the work
+# without bf16 units a 1,024 x 1,024 bf16 product takes seconds (3.5 s on an AVX2-only AMD EPYC, 63 x fp32):
+# 256 x 256 is 64 x less work, about a second for the 21 products below
+size = full_size if on_gpu or cpu_bf16_units() else 256
+repeats = 20  # timed products per precision, after one warm-up
 
-def matmul_ms(dtype, n=1024, repeats=20):
+
+def matmul_ms(dtype, n=size, repeats=repeats):
     a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
     runs = []
     for _ in range(repeats + 1):  # the first is a warm-up
@@ -398,7 +412,16 @@ matmul = {name: matmul_ms(dtype or torch.float32) for name, dtype in precisions.
 print(f"{'this GPU' if on_gpu else 'this CPU'}: {units}; {torch.get_num_threads()} threads")
 for name, (median, low, high) in matmul.items():
     print(
-        f"{name}: {median:7.2f} ms per matmul (median; {low:.2f} to {high:.2f}), {matmul['fp32'][0] / median:.2f} x fp32's speed"
+        f"{name}: {median:7.2f} ms per {size} x {size} matmul (median; {low:.2f} to {high:.2f}), "
+        f"{matmul['fp32'][0] / median:.2f} x fp32's speed"
+    )
+if size < full_size:  # what the full size would have cost: the same work scales with the cube of the size
+    scale = (full_size / size) ** 3
+    print(
+        f"sized down from {full_size:,} x {full_size:,}: this CPU has no bf16 matrix units, so a bf16 product runs in "
+        f"software; at full size the {repeats + 1} bf16 products would take about "
+        f"{(repeats + 1) * scale * matmul['bf16'][0] / 1000:.0f} s "
+        f"here ({scale:.0f} x the work of these)"
     )
 
 # %%
@@ -580,6 +603,7 @@ helpers.record("mlp_activation_ratio_bf16", round(mlp_ratio, 4))
 helpers.record("mlp_activation_ratio_autocast", round(autocast_ratio, 4))
 helpers.record("step_seconds", {k: round(v, 5) for k, v in step_seconds.items()})
 helpers.record("matmul_ms", {k: round(v[0], 4) for k, v in matmul.items()})
+helpers.record("matmul_size", size)
 helpers.record("cpu_bf16_units", list(cpu_bf16_units()))
 helpers.record("matrix_units_printed", units)
 helpers.record("trained_in", used)
@@ -604,7 +628,8 @@ helpers.record("audit_codes", [f.code for f in findings])
 #
 # 1. Set `seq_len = 512` in the parameters cell. Predict whether the bf16/fp32 activation ratio goes
 #    up, goes down or stays. Run all and check.
-# 2. Set `learning_rate = 5e-5`. Predict whether the held-out loss after the fine-tune lands above or
-#    below this run's. Run all and compare.
+# 2. Set `tiny_learning_rate = 5e-5`, a real model's rate (with a real model on a GPU: `learning_rate = 5e-4`).
+#    Predict whether the held-out loss after the fine-tune lands above or below this run's. Run all and
+#    compare.
 #
 # Next: 03, gradient checkpointing.

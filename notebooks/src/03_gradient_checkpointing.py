@@ -4,7 +4,7 @@
 # **Hardware:** any runtime. On a T4 it sweeps SmolLM2-135M up to 2,048 tokens; on a CPU it uses
 # the small model that ships with the course (up to its 512 positions) and a pretend card for the
 # out-of-memory part.
-# **Time:** about 3 minutes on a T4 including the install (an estimate: not yet timed on one); 14 s on a CPU (measured on a 2-core AMD EPYC, 2026-12-03).
+# **Time:** about 3 minutes on a T4 including the install (an estimate: not yet timed on one); 14-16 s on a CPU (measured on 2 machines: 14 s on a 2-core AMD EPYC with AVX512-BF16, 2026-12-03; 16 s on a 2-core AMD EPYC with no bf16 units, 2026-12-03).
 #
 # In the forward pass, autograd keeps what each layer needs for the backward pass: the
 # *activations*. They grow with batch size and sequence length. Gradient checkpointing
@@ -103,7 +103,8 @@ t4_model = "Qwen2.5-0.5B"  # the out-of-memory story: a full fine-tune of this c
 t4_batch = 4  # per-device batch of that story
 t4_seq_len = 768  # tokens per sequence: 4 x 768 = 3,072 tokens per micro-batch
 train_steps = 20  # optimizer steps of the short fine-tune at the end
-learning_rate = 2e-4  # of that fine-tune
+learning_rate = 5e-5  # on a real model: 5e-5 for a full fine-tune (as here), 2e-4 for LoRA or QLoRA
+tiny_learning_rate = 3e-3  # used on the tiny built-in model instead: 3e-3 full, 1e-2 LoRA (notebook 06's sweep)
 
 # %%
 # The setup in one call: one GPU (Kaggle shows two; the pin must come before CUDA starts), what this
@@ -124,9 +125,14 @@ import torch
 
 from helpers import GIB, MIB  # bytes in a GiB (2**30) and a MiB (2**20)
 from helpers.data import pack_course_data
-from helpers.models import load_model
+from helpers.models import is_embedded, load_model
 
 model, tokenizer = load_model(model_id, smoke=smoke, dtype=torch.float32)
+if is_embedded(model):  # its 0.3M weights need far larger steps than a real model's
+    print(
+        f"tiny model: learning rate {tiny_learning_rate:g}, not a real model's {learning_rate:g} (see the parameters cell)"
+    )
+    learning_rate = tiny_learning_rate
 model.train()  # checkpointing only acts in training mode
 model.config.use_cache = False  # the generation cache is for generating; training never reads it
 device = next(model.parameters()).device

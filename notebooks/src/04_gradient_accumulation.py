@@ -3,7 +3,7 @@
 #
 # **Hardware:** any runtime. A T4 runs it on SmolLM2-135M; a CPU on the small model that ships
 # with the course.
-# **Time:** about 2 minutes on a T4 including the install (an estimate: not yet timed on one); 14 s on a CPU (measured on a 2-core AMD EPYC, 2026-12-03).
+# **Time:** about 2 minutes on a T4 including the install (an estimate: not yet timed on one); 14-19 s on a CPU (measured on 2 machines: 14 s on a 2-core AMD EPYC with AVX512-BF16, 2026-12-03; 19 s on a 2-core AMD EPYC with no bf16 units, 2026-12-03).
 #
 # When the batch you want does not fit, run it in *micro-batches*: forward and backward on each,
 # let the gradients add up, step the optimizer once. This notebook proves it gives the large
@@ -96,7 +96,8 @@ grad_accum_steps = 8  # effective batch = 2 x 8 x 1 = 16
 num_devices = 1  # GPUs in data parallel (Kaggle's T4 x2: 2, notebook 07)
 seq_len = 64  # tokens per sequence
 train_steps = 10  # optimizer steps of the fine-tune at the end
-learning_rate = 2e-4  # of that fine-tune
+learning_rate = 5e-5  # on a real model: 5e-5 for a full fine-tune (as here), 2e-4 for LoRA or QLoRA
+tiny_learning_rate = 3e-3  # used on the tiny built-in model instead: 3e-3 full, 1e-2 LoRA (notebook 06's sweep)
 
 # %%
 # The setup in one call: one GPU (Kaggle shows two; the pin must come before CUDA starts), what this
@@ -134,10 +135,15 @@ assert effective_batch_size(settings, num_devices=num_devices) == effective_batc
 import torch
 
 from helpers.data import load_course_data, pack_course_data
-from helpers.models import load_model
+from helpers.models import is_embedded, load_model
 from helpers.saved_tensors import track_saved_tensors
 
 model, tokenizer = load_model(model_id, smoke=smoke, dtype=torch.float32)
+if is_embedded(model):  # its 0.3M weights need far larger steps than a real model's
+    print(
+        f"tiny model: learning rate {tiny_learning_rate:g}, not a real model's {learning_rate:g} (see the parameters cell)"
+    )
+    learning_rate = tiny_learning_rate
 model.train()
 device = next(model.parameters()).device
 train_data = pack_course_data(tokenizer, seq_len)  # the course dataset in sequences of seq_len tokens

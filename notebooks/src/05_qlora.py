@@ -3,7 +3,7 @@
 #
 # **Hardware:** any runtime. On a T4 it measures and trains Qwen2.5-0.5B in 4 bits; on a CPU it
 # uses the small model that ships with the course, in 4 bits too.
-# **Time:** about 3 minutes on a T4 including the install (an estimate: not yet timed on one); 15 s on a CPU (measured on a 2-core AMD EPYC, 2026-12-03).
+# **Time:** about 3 minutes on a T4 including the install (an estimate: not yet timed on one); 15-20 s on a CPU (measured on 2 machines: 15 s on a 2-core AMD EPYC with AVX512-BF16, 2026-12-03; 20 s on a 2-core AMD EPYC with no bf16 units, 2026-12-03).
 #
 # NVIDIA sells the T4 as a 16 GB card; PyTorch sees 14.75 GiB of it, and a 7B model's weights in
 # 16 bits nearly fill that alone. QLoRA makes the fine-tune fit with three ideas, each measured
@@ -97,11 +97,13 @@ lora_dropout = 0.05  # dropout on the adapter's input
 per_device_batch = 4  # sequences per micro-batch
 grad_accum_steps = 2  # effective batch = 4 x 2 x 1 = 8
 seq_len = 128  # tokens per sequence: 4 x 128 = 512 tokens per micro-batch
-learning_rate = 2e-4  # the QLoRA paper's rate for models up to 13B
+learning_rate = 2e-4  # on a real model: 5e-5 for a full fine-tune, 2e-4 for LoRA or QLoRA (as here)
+tiny_learning_rate = 1e-2  # used on the tiny built-in model instead: 3e-3 full, 1e-2 LoRA (notebook 06's sweep)
 train_steps = 10  # optimizer steps of the short QLoRA run
-plan_model = "Qwen2.5-7B"  # the 7B of the plan, the capstone's (notebook 08), from the kit's catalog
+plan_model = "Qwen2.5-7B"  # the 7B of the plan: notebook 08's job (helpers.capstone), from the kit's catalog
 plan_gpu = "T4"  # the card of the plan: 14.75 GiB as PyTorch reports it (nvidia-smi: 15,360 MiB)
-plan_batch = 1  # per-device batch of the 7B job, the capstone's (its effective batch: 1 x 16 accumulation steps)
+plan_batch = 1  # per-device batch of the 7B job, as notebook 08 trains it
+plan_grad_accum_steps = 16  # effective batch of the 7B job = 1 x 16 x 1 = 16
 plan_seq_len = 512  # tokens per sequence of the 7B job
 
 # %%
@@ -136,6 +138,11 @@ model, tokenizer = load_model(model_id, smoke=smoke, dtype=torch.float32)
 source = model.config._name_or_path  # the folder or Hub id load_model chose; every load below reads it
 embedded = is_embedded(model)
 name = "the course's small model" if embedded else model_id
+if embedded:  # its 0.3M weights need far larger steps than a real model's
+    print(
+        f"tiny model: learning rate {tiny_learning_rate:g}, not a real model's {learning_rate:g} (see the parameters cell)"
+    )
+    learning_rate = tiny_learning_rate
 on_gpu = torch.cuda.is_available()  # the card decides the precision; CUDA decides where tensors live
 device_map = {"": 0} if on_gpu else None  # bitsandbytes quantizes on the card while loading
 
@@ -367,13 +374,16 @@ del plain, fp_plain
 # %%
 import bitsandbytes as bnb
 
+from helpers.capstone import capstone_estimate
 from helpers.estimate import estimate_training_memory
 
 all_params = fp.quantized_params + fp.other_params + fp.trainable_params
 adapted = [m for m in model.modules() if hasattr(m, "lora_A") and isinstance(m.base_layer, bnb.nn.Linear4bit)]
 by_formula = sum(lora_r * (m.base_layer.in_features + m.base_layer.out_features) for m in adapted)
 assert by_formula == fp.trainable_params
-e7b = estimate_training_memory(plan_model, per_device_batch=1, seq_len=plan_seq_len, method="qlora", lora_r=lora_r)
+job_7b = dict(model=plan_model, gpu=plan_gpu, per_device_batch=plan_batch, grad_accum_steps=plan_grad_accum_steps)
+job_7b.update(seq_len=plan_seq_len, lora_r=lora_r, lora_dropout=lora_dropout)  # notebook 08's job, with these settings
+e7b = capstone_estimate(**job_7b)
 print(f"{name}: {len(adapted)} adapted layers, {by_formula:,} trainable ({100 * by_formula / all_params:.2f} %)")
 print(f"{plan_model}: {e7b.trainable:,} trainable of {e7b.parameters:,} ({100 * e7b.trainable / e7b.parameters:.2f} %)")
 
@@ -470,14 +480,16 @@ if on_gpu:
 # %% [markdown]
 # ## A 7B model on a T4
 #
-# The estimator needs only the model's shape. `plan` starts from a full fine-tune and adds
-# techniques, cheapest first, until the job fits the card:
+# The estimator needs only the model's shape. `plan` starts from a full fine-tune of notebook 08's
+# model with its batch and sequence length, and adds techniques, cheapest first, until the job fits
+# the card:
 
 # %%
 from helpers.catalog import gpu_bytes
 from helpers.plan import format_plan, plan
 
-steps = plan(plan_model, plan_gpu, per_device_batch=plan_batch, seq_len=plan_seq_len, lora_r=lora_r)
+ladder_settings = {k: v for k, v in job_7b.items() if k not in ("model", "gpu")}
+steps = plan(plan_model, plan_gpu, **ladder_settings)
 print(format_plan(steps, plan_gpu))
 card_gib = gpu_bytes(plan_gpu) / GIB  # what PyTorch sees of the card
 
@@ -491,10 +503,27 @@ plt.show()
 # %% [markdown]
 # **What to see:** checkpointing changes little at one sequence per step (the weights, gradients
 # and optimizer states are the bill); freezing the model for LoRA cuts it most, and only QLoRA
-# crosses the card's line. The QLoRA line in full, and its weights line taken apart:
+# crosses the card's line. The plan keeps every change it made on the way; notebook 08 runs QLoRA
+# with the Trainer's own defaults for the rest. Its job, estimated (`helpers.capstone`, the same
+# call notebook 08 makes), against the plan's last step:
 
 # %%
-qlora = steps[-1].estimate
+qlora = e7b  # notebook 08's job
+last = steps[-1].estimate
+differ = {k: (last.settings.get(k), v) for k, v in qlora.settings.items() if last.settings.get(k) != v}
+print(f"notebook 08's job, {plan_model} with QLoRA on a {plan_gpu}: {qlora.total / GIB:.2f} GiB")
+if differ:
+    print(
+        f"the plan's last step: {last.total / GIB:.2f} GiB; it differs from 08's job in "
+        + ", ".join(f"{k} {a} (08: {b})" for k, (a, b) in differ.items())
+    )
+else:
+    print("the plan's last step is the same job: the same figure")
+
+# %% [markdown]
+# That job in full, and its weights line taken apart:
+
+# %%
 print(qlora.table())
 no_dq = estimate_training_memory(plan_model, **{**qlora.settings, "double_quant": False})
 print(
@@ -508,7 +537,8 @@ print(
 
 # %% [markdown]
 # The 14 % left unquantized is more than half of the weights line, in fp32; still, the job fits a
-# free T4. Notebook 08 runs it. The same plan from a terminal:
+# free T4. Notebook 08 runs it. The plan from a terminal (it plans one micro-batch a step, without
+# accumulation):
 #
 # ```
 # python -m helpers plan --model Qwen2.5-7B --gpu T4 --seq-len 512 --batch-size 1
@@ -583,6 +613,9 @@ helpers.record("plan_7b_totals_gib", {s.technique: round(s.estimate.total / GIB,
 helpers.record("plan_7b_last_step", steps[-1].technique)
 helpers.record("plan_7b_total_gib", round(steps[-1].estimate.total / GIB, 2))
 helpers.record("plan_7b_fits", steps[-1].fits)
+helpers.record("capstone_7b_total_gib", round(qlora.total / GIB, 2))
+helpers.record("capstone_7b_settings", {k: v for k, v in qlora.settings.items() if k != "harness"})
+helpers.record("plan_7b_differs_from_capstone", {k: list(v) for k, v in differ.items()})
 helpers.record("qlora_7b_weights_gib", round(qlora.weights / GIB, 2))
 helpers.record("qlora_7b_unquantized_gib", round(4 * kept_7b / GIB, 2))
 

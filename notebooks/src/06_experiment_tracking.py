@@ -4,7 +4,7 @@
 # **Hardware:** any runtime. On a T4 it fine-tunes SmolLM2-135M; on a CPU it uses the kit's tiny built-in
 # model. Runs go to Weights & Biases when a key is set (a Colab or Kaggle secret named `WANDB_API_KEY`),
 # and are saved offline, to upload later, when not.
-# **Time:** about 3 minutes on a T4 including the install (an estimate: not yet timed on one); 33 s on a CPU (measured on a 2-core AMD EPYC, 2026-12-03).
+# **Time:** about 3 minutes on a T4 including the install (an estimate: not yet timed on one); 33-47 s on a CPU (measured on 2 machines: 33 s on a 2-core AMD EPYC with AVX512-BF16, 2026-12-03; 47 s on a 2-core AMD EPYC with no bf16 units, 2026-12-03).
 #
 # A fine-tuning result is one draw from a random process. This notebook tracks runs with wandb, repeats a
 # run exactly with a seed, measures which learning rate suits LoRA and which a full fine-tune, measures the
@@ -95,9 +95,10 @@ seeds = [0, 1, 2]  # one run per seed: n = 3 is the least that shows a spread
 per_device_batch = 4  # sequences per micro-batch
 grad_accum_steps = 2  # effective batch = 4 x 2 x 1 = 8
 seq_len = 64  # tokens per sequence
-learning_rate = 5e-5  # a full fine-tune (every weight trains): TrainingArguments' default; LoRA starts at 2e-4
+learning_rate = 5e-5  # on a real model: 5e-5 for a full fine-tune (as here), 2e-4 for LoRA or QLoRA
+tiny_learning_rate = 3e-3  # used on the tiny built-in model instead: 3e-3 full, 1e-2 LoRA (notebook 06's sweep)
 max_steps = 20  # optimizer steps per run
-sweep_learning_rates = [1e-3, 3e-3, 1e-2, 3e-2]  # each tried for a full fine-tune and for LoRA
+sweep_learning_rates = [5e-5, 2e-4, 3e-3, 1e-2, 3e-2]  # a real model's two, then the tiny model's; each both ways
 sweep_steps = 10  # optimizer steps per run of the sweep
 project = "kit-06-tracking"  # the wandb project the runs go to
 
@@ -125,6 +126,11 @@ from helpers.models import is_embedded, load_model
 base, tokenizer = load_model(model_id, smoke=smoke, dtype=torch.float32)  # fp32; a GPU trains it under autocast
 if is_embedded(base) and not torch.cuda.is_available():
     torch.set_num_threads(1)  # the tiny model's matrices are too small to share out: one CPU thread is fastest
+if is_embedded(base):  # its 0.3M weights need far larger steps than a real model's
+    print(
+        f"tiny model: learning rate {tiny_learning_rate:g}, not a real model's {learning_rate:g} (see the parameters cell)"
+    )
+    learning_rate = tiny_learning_rate
 split = pack_course_data(tokenizer, seq_len).train_test_split(test_size=16, shuffle=False)  # the last 16 held out
 train_data, eval_data = split["train"], split["test"]
 print(f"{len(train_data)} training and {len(eval_data)} held-out sequences of {seq_len} tokens")
@@ -263,9 +269,12 @@ for method in sweep:
 # %% [markdown]
 # **What to see:** each curve is a valley: too small a rate barely leaves the dashed line, too large a rate overshoots. The
 # stars mark each method's best: LoRA's lies to the right. The values are this model's and this many
-# steps' (a small model takes large steps), not a rule for yours; the direction carries over. Starting points for real models:
-# 5e-5 for a full fine-tune (TrainingArguments' default, printed below) and 2e-4 for LoRA (the QLoRA authors'
-# Guanaco 7B script, github.com/artidoro/qlora, as of 2023; 1e-4 for 33B). Notebooks 07 and 08 use them.
+# steps' (a small model takes large steps), not a rule for yours; the direction carries over. Starting points for real models,
+# the sweep's first two rates: 5e-5 for a full fine-tune (TrainingArguments' default, printed below) and 2e-4 for LoRA
+# (the QLoRA authors' Guanaco 7B script, github.com/artidoro/qlora, as of 2023; 1e-4 for 33B). Every notebook's
+# `learning_rate` is one of them. The tiny built-in model, 0.3M weights already trained on the course data, barely
+# moves at those rates in a few steps: every notebook gives it `tiny_learning_rate` instead, this sweep's stars on it
+# (3e-3 full, 1e-2 LoRA).
 #
 # ## The "no seed" mistake
 #

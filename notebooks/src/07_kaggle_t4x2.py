@@ -3,7 +3,7 @@
 #
 # **Hardware:** Kaggle's GPU T4 x2 (Settings > Accelerator), or any machine with several GPUs. Without a GPU,
 # two CPU processes stand in for the cards.
-# **Time:** about 3 minutes on Kaggle's T4 x2 including the install (an estimate: not yet timed on one); 14 s on a CPU (measured on a 2-core AMD EPYC, 2026-12-03).
+# **Time:** about 3 minutes on Kaggle's T4 x2 including the install (an estimate: not yet timed on one); 14-19 s on a CPU (measured on 2 machines: 14 s on a 2-core AMD EPYC with AVX512-BF16, 2026-12-03; 19 s on a 2-core AMD EPYC with no bf16 units, 2026-12-03).
 #
 # *Data parallel* training uses both of Kaggle's T4s: each card holds a whole copy of the model and trains
 # on its own share of every batch; after each backward pass the cards average their gradients (an
@@ -95,7 +95,8 @@ per_device_batch = 4  # sequences per micro-batch, on each card
 grad_accum_steps = 2  # effective batch = 4 x 2 x 2 = 16 on two cards
 seq_len = 128  # tokens per sequence
 max_steps = 20  # optimizer steps
-learning_rate = 5e-5  # a full fine-tune (every weight trains): TrainingArguments' default; LoRA starts at 2e-4
+learning_rate = 5e-5  # on a real model: 5e-5 for a full fine-tune (as here), 2e-4 for LoRA or QLoRA
+tiny_learning_rate = 3e-3  # used on the tiny built-in model instead: 3e-3 full, 1e-2 LoRA (notebook 06's sweep)
 seed = 42
 
 # %%
@@ -187,7 +188,7 @@ def train_ddp(config):
     from helpers.data import pack_course_data
     from helpers.env import choose_precision, detect_gpus
     from helpers.memory import measure
-    from helpers.models import load_model
+    from helpers.models import is_embedded, load_model
 
     # 1. join the group: NCCL between GPUs; gloo between CPU processes (cpu=True), mixed precision for the card
     on_gpu = torch.cuda.is_available()  # in a child process CUDA is allowed
@@ -212,7 +213,9 @@ def train_ddp(config):
     # 3. the course dataset as one stream of tokens, cut into blocks of seq_len: a (blocks, seq_len) tensor
     blocks = pack_course_data(tokenizer, config["seq_len"])["input_ids"][:]
     loader = torch.utils.data.DataLoader(blocks, batch_size=config["per_device_batch"], shuffle=True, drop_last=True)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config["learning_rate"])
+    tiny = is_embedded(model)  # its 0.3M weights need far larger steps than a real model's
+    learning_rate = config["tiny_learning_rate"] if tiny else config["learning_rate"]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate)
 
     # 4. DistributedDataParallel around the model; the loader now yields this process's share only
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
@@ -265,6 +268,8 @@ def train_ddp(config):
         "backend": accelerator.state.backend,
         "mixed_precision": precision,
         "steps": steps,
+        "learning_rate": learning_rate,
+        "tiny": tiny,
         "per_device_batch": config["per_device_batch"],
         "grad_accum_steps": config["grad_accum_steps"],
         "checksums": checksums,
@@ -308,6 +313,7 @@ config = dict(
     seq_len=seq_len,
     max_steps=max_steps,
     learning_rate=learning_rate,
+    tiny_learning_rate=tiny_learning_rate,
     seed=seed,
     result_file=str((work / "ddp_result.json").resolve()),  # rank 0 writes it, this notebook reads it
 )
@@ -331,9 +337,11 @@ with socket.socket() as s:  # a free port: 29500, the default, may still be held
     port = s.getsockname()[1]
 notebook_launcher(train_ddp, args=(config,), num_processes=num_processes, use_port=str(port))
 report = json.loads(Path(config["result_file"]).read_text())
+tiny_note = " (the tiny model's, not a real model's: see the parameters cell)" if report["tiny"] else ""
 print(
     f"{report['num_processes']} processes ({report['distributed_type']}, backend {report['backend']}, "
-    f"mixed precision {report['mixed_precision']}): {report['steps']} optimizer steps"
+    f"mixed precision {report['mixed_precision']}): {report['steps']} optimizer steps at learning rate "
+    f"{report['learning_rate']:g}{tiny_note}"
 )
 
 # %% [markdown]

@@ -3,10 +3,14 @@
 #
 # **Hardware:** a free Colab T4 (14.75 GiB as PyTorch reports it), one of Kaggle's T4s, or a rented A100. Without a GPU
 # or the Hub it runs the same cells on the kit's tiny built-in model.
-# **Time:** about 30 minutes on a T4 for the 7B model, download included (an estimate: not yet timed on one); 29 s on a CPU (measured on a 2-core AMD EPYC, 2026-12-03).
+# **Time:** about 30 minutes on a T4 for the 7B model, download included (an estimate: not yet timed on one); 29-40 s on a CPU (measured on 2 machines: 29 s on a 2-core AMD EPYC with AVX512-BF16, 2026-12-03; 40 s on a 2-core AMD EPYC with no bf16 units, 2026-12-03).
 #
 # The whole course in one run: the lesson's `TrainingArguments` on QLoRA, checkpoints that outlive the
 # runtime, a resume after a disconnect, an answer before and after, and the report a reviewer asks for.
+#
+# **Before Run all on Colab:** the notebook mounts Google Drive to keep its checkpoints, and Google asks you in a
+# pop-up to authorize that; Run all waits, without a word, until you answer. To skip it, set `use_drive = False`
+# in the parameters cell: the checkpoints then vanish with the runtime.
 
 # %% tags=["install"]
 # @title Install the kit (about a minute; nothing to do where it is installed)
@@ -90,13 +94,14 @@ if not any(metadata.distributions(name="compute-realities-kit")):
 smoke = False  # True: the kit's tiny built-in model and a slice of the data, whatever the machine (seconds)
 model_id = "unsloth/Qwen2.5-7B-bnb-4bit"  # the 7B saved in 4-bit (5.5 GB); "Qwen/Qwen2.5-7B" is its bf16 original
 merge_base_id = "Qwen/Qwen2.5-7B"  # the 16-bit model the adapter is merged into: the original of model_id
-hub_repo = ""  # a Hub repo of yours ("you/qwen-course-adapter") to push the adapter to; needs a token (HF_TOKEN)
-run_name = "capstone"  # the run's folder; run the notebook again with the same name to resume, a new one starts afresh
+hub_repo = ""  # a Hub repo of yours ("you/qwen-course-adapter") to push the adapter to; needs a token named HF_TOKEN
+run_name = "capstone"  # the run's folder: the same settings resume there; a changed one trains in capstone-2, -3, ...
+use_drive = True  # Colab: checkpoints kept on Google Drive (asks to authorize); False: no dialog, lost with the runtime
 per_device_batch = 1  # sequences per micro-batch: what a 16 GB card holds for a 7B
 grad_accum_steps = 16  # effective batch = 1 x 16 x 1 = 16
 num_train_epochs = 3
-learning_rate = 2e-4  # LoRA: the lesson's rate, above a full fine-tune's 5e-5 (notebook 06 measures the direction)
-tiny_learning_rate = 1e-2  # used instead on the tiny built-in model: about its best LoRA rate in notebook 06's sweep
+learning_rate = 2e-4  # on a real model: 5e-5 for a full fine-tune, 2e-4 for LoRA or QLoRA (as here)
+tiny_learning_rate = 1e-2  # used on the tiny built-in model instead: 3e-3 full, 1e-2 LoRA (notebook 06's sweep)
 logging_steps = 10  # a loss every 10 optimizer steps
 seed = 42
 seq_len = 512  # tokens kept per example; the course's examples are shorter, so none is cut
@@ -117,7 +122,10 @@ machine = helpers.start(seed=seed)
 #
 # A free session's disk goes with it. Checkpoints go to Google Drive on Colab (this cell says loudly if it
 # cannot mount it); to `/kaggle/working` on Kaggle, kept by Save Version > Save & Run All (to resume, add
-# that output as input and copy its `runs/<run_name>` back); to `build/runs` elsewhere.
+# that output as input and copy its `runs/` folder back); to `build/runs` elsewhere.
+#
+# On Colab this cell opens Google's pop-up asking you to authorize Drive access, and waits for your answer.
+# `use_drive = False` in the parameters cell skips it: the checkpoints then stay on the runtime's own disk.
 
 # %%
 import shutil
@@ -127,7 +135,10 @@ from helpers import GIB, MIB  # bytes in a GiB (2**30) and a MiB (2**20)
 from helpers.env import detect_platform
 
 platform = detect_platform()
-if platform == "colab":
+if platform == "colab" and not use_drive:
+    runs = Path("/content/runs")
+    survives = "NO: use_drive = False, so these checkpoints vanish with the runtime"
+elif platform == "colab":
     try:
         from google.colab import drive
 
@@ -146,11 +157,11 @@ elif platform == "kaggle":
 else:
     runs = Path("build/runs")
     survives = "yes: this machine's disk"
-output_dir = (runs / (f"{run_name}-smoke" if smoke else run_name)).resolve()
-if smoke and output_dir.exists():
-    shutil.rmtree(output_dir)  # a quick run (smoke = True) always starts afresh, in its own folder
-output_dir.mkdir(parents=True, exist_ok=True)
-print(f"\ncheckpoints go to {output_dir}\nsurvives a disconnect: {survives}")
+run_folder = (runs / (f"{run_name}-smoke" if smoke else run_name)).resolve()
+if smoke and run_folder.exists():
+    shutil.rmtree(run_folder)  # a quick run (smoke = True) always starts afresh, in its own folder
+print(f"\nruns go to {run_folder.parent}, this one to {run_folder.name} (or beside it: see below)")
+print(f"survives a disconnect: {survives}")
 
 # %% [markdown]
 # ## The model: QLoRA
@@ -187,8 +198,9 @@ print(
 # gradient, two AdamW moments). Measured on this model, and estimated for the 7B on a T4 (notebook 01):
 
 # %%
+from helpers.capstone import capstone_estimate
 from helpers.catalog import load_catalog
-from helpers.estimate import estimate_training_memory
+from helpers.estimate import estimate_training_memory  # used again at the end, for this run's model
 from helpers.qlora import measure_footprint
 
 footprint = measure_footprint(model)
@@ -200,19 +212,18 @@ print(
 )
 catalog = {entry.get("hub_id"): name for name, entry in load_catalog("models").items()}
 planned = catalog.get(model_id, "Qwen2.5-7B")  # the model asked for, by its shape
-plan = estimate_training_memory(
-    planned,
+plan = capstone_estimate(  # the course's 7B job on a T4 with this notebook's settings: notebook 05 plans the same
+    model=planned,
     per_device_batch=per_device_batch,
+    grad_accum_steps=grad_accum_steps,
     seq_len=seq_len,
-    precision="fp16",
-    method="qlora",
-    checkpointing=True,
-    gpu="T4",  # the card decides the attention kernel: no flash attention on a T4
+    lora_r=lora.r,
+    lora_dropout=lora.lora_dropout,
 )
 print(
     f"{planned} on a T4, estimated: weights {plan.weights / GIB:.2f} GiB ({plan.parameters / 1e9:.1f}B "
     f"parameters), adapter gradients + AdamW {(plan.gradients + plan.optimizer) / GIB:.2f} GiB, activations "
-    f"{plan.activations / GIB:.2f} GiB; {plan.total / GIB:.1f} GiB in all with the CUDA context and the "
+    f"{plan.activations / GIB:.2f} GiB; {plan.total / GIB:.2f} GiB in all with the CUDA context and the "
     f"allocator's slack -> fits a T4: {plan.fits('T4')}"
 )
 
@@ -358,17 +369,30 @@ print(f"held-out loss before, on the answers: {base_loss:.4f} (on every token: {
 print(f"answer before: {reply_before!r}")
 
 # %% [markdown]
-# ## Tracking, and where this run stands
+# ## Which run this is, and where it stands
 #
-# A checkpoint holds the adapter, the optimizer and scheduler state, the random generators and the data
-# position. `resume_from_checkpoint=True` takes the highest-numbered folder even if a disconnect cut its save
-# short; `latest_valid_checkpoint` returns the newest *whole* one that fits this `model` (None on a first run).
-# A checkpoint of another model under the same `run_name` is skipped with both shapes named; when every one is
-# rejected it stops with the reasons instead of training over them (a new `run_name` starts afresh).
+# A run folder holds one run: the checkpoints of one set of settings. Run the notebook again with the same
+# settings (after a disconnect, or next week: on Colab the folder is on Drive) and it goes on with that run; a
+# finished one is reused, not trained again. Change a setting that decides the result (the model, the learning
+# rate, `max_steps` or the epochs, `seq_len`, the batch, the accumulation, the seed, LoRA's r or alpha, the
+# data) and it is another run: `choose_run_folder` compares them with the manifest in the newest checkpoint,
+# names each that changed (old -> new), and trains in a new folder beside it (`capstone-2`, `capstone-3`, ...)
+# from step 0. Set it back and the first run's folder is found again.
+#
+# `max_steps` counts too, larger or smaller: the learning rate decays to zero at a run's last step, so 8 steps
+# are not the first 8 of a 12-step run, and steps added past a finished run's end are not the longer run either.
+# What only changes the logging, the saving or this notebook's demonstration (`logging_steps`, `save_steps`,
+# `disconnect_after_step`) does not count. The list, each with why, is `RESULT_SETTINGS` in `helpers/runs.py`.
+#
+# Inside the folder, a checkpoint holds the adapter, the optimizer and scheduler state, the random generators and
+# the data position. `resume_from_checkpoint=True` takes the highest-numbered folder even if a disconnect cut its
+# save short; `latest_valid_checkpoint` returns the newest *whole* one that fits this `model` (None on a first
+# run), and when every one is rejected it stops with the reasons instead of training over them.
 
 # %%
 from helpers.manifest import load_manifest
 from helpers.resume import latest_valid_checkpoint
+from helpers.runs import choose_run_folder
 from helpers.tracking import init_tracking
 
 
@@ -382,11 +406,19 @@ def start_tracking(resume_from):
         "learning_rate": learning_rate,
         "seq_len": seq_len,
     }
-    return init_tracking(
-        "kit-08-capstone", config, name=run_name, dir=output_dir, run_id=previous["run_id"] if previous else None
-    )
+    run_id = previous["run_id"] if previous else None
+    return init_tracking("kit-08-capstone", config, name=output_dir.name, dir=output_dir, run_id=run_id)
 
 
+if tiny:
+    learning_rate = tiny_learning_rate  # the rate this run trains at, so the one its folder is chosen by
+    print(f"tiny model: learning rate {learning_rate:g} instead of the 7B's 2e-4 (see the parameters cell)")
+settings = dict(
+    model_id=model_name, seq_len=seq_len, learning_rate=learning_rate, max_steps=max_steps,
+    num_train_epochs=num_train_epochs, per_device_batch=per_device_batch, grad_accum_steps=grad_accum_steps, seed=seed,
+)  # fmt: skip
+output_dir = choose_run_folder(run_folder, model, train, **settings)  # with the LoRA adapter's r and alpha, the data
+output_dir.mkdir(parents=True, exist_ok=True)
 resume_from = latest_valid_checkpoint(output_dir, model=model)
 tracking = start_tracking(resume_from)
 
@@ -401,9 +433,6 @@ tracking = start_tracking(resume_from)
 # %%
 from helpers.audit import audit
 
-if tiny:
-    learning_rate = tiny_learning_rate
-    print(f"tiny model: learning rate {learning_rate:g} instead of the 7B's 2e-4 (see the parameters cell)")
 total_steps = max_steps if max_steps > 0 else -(-len(train) // (per_device_batch * grad_accum_steps)) * num_train_epochs
 if not save_steps < disconnect_after_step < total_steps:  # a short run: cut it in two around its middle
     save_steps = max(1, total_steps // 2)
@@ -485,7 +514,7 @@ class LogAroundDisconnect(TrainerCallback):
 
 def make_trainer(model, *callbacks):
     live = LiveMemoryCallback(every_n_steps=min(logging_steps, max(1, total_steps // 4)))
-    manifest = ManifestCallback(model_id=model_name, dataset=train)
+    manifest = ManifestCallback(model_id=model_name, dataset=train, seq_len=seq_len)  # what choose_run_folder reads
     trainer = Trainer(
         model=model,
         args=args,
@@ -508,7 +537,7 @@ def train_or_report(trainer, checkpoint):
         if state["global_step"] >= state["max_steps"]:
             print(
                 f"{checkpoint} ends a finished run (step {state['global_step']} of {state['max_steps']}): nothing "
-                "left to train, its adapter is loaded for the report. A new run_name trains a new run."
+                "left to train, its adapter is loaded for the report. A changed setting trains a new run."
             )
             set_peft_model_state_dict(trainer.model, load_file(Path(checkpoint) / "adapter_model.safetensors"))
             trainer.remove_callback(LiveMemoryCallback)  # no training to show (and it expects one to have begun)
@@ -535,8 +564,9 @@ print(
 # ## After the disconnect
 #
 # A disconnect takes the model, the optimizer's state and every step since the last checkpoint. So start as
-# a new session would: let go of the model, load it again, build a new Trainer on the same folder. After a
-# real disconnect this is simply the notebook run again from the top.
+# a new session would: let go of the model, load it again, find the run's folder by its settings (the same
+# settings: the same folder), build a new Trainer there. After a real disconnect this is simply the notebook
+# run again from the top.
 
 # %%
 from helpers.oom import free_memory
@@ -545,6 +575,7 @@ tracking.finish()  # a real disconnect leaves the tracking run unfinished; resum
 trainer, model = free_memory(trainer, model)
 seed_everything(seed)
 model, tokenizer = load_qlora(model_id, smoke=smoke)
+output_dir = choose_run_folder(run_folder, model, train, **settings)  # as a new session does: the same run found
 resume_from = latest_valid_checkpoint(output_dir, model=model)
 resumed_from_step = load_manifest(resume_from)["step"] if resume_from else 0
 tracking = start_tracking(resume_from)
@@ -682,24 +713,17 @@ else:
 # The merged answer may differ from the 4-bit one: it runs on the original 16-bit weights, not on their 4-bit
 # rounding the adapter was trained against.
 #
-# To share the adapter, push it to the Hub (set `hub_repo` and a token: `HF_TOKEN` in Colab's secrets or Kaggle's
-# add-ons). Without both, the cell says so and goes on.
+# To share the adapter, push it to the Hub: set `hub_repo` in the parameters cell and give the notebook a token
+# with the Write role (huggingface.co/settings/tokens), named `HF_TOKEN`. On Colab: the key icon in the left bar,
+# with "Notebook access" on; on Kaggle: Add-ons > Secrets, attached to this notebook; elsewhere `hf auth login`.
+# `helpers.tokens.find_token` looks in all of them and never prints the token. The push is huggingface_hub's
+# `HfApi(token=...).create_repo(hub_repo, private=True, exist_ok=True)` then `.upload_folder(...)`, each given a
+# time limit; without a repo or a token, or when the push fails, the cell says why in one line and goes on.
 
 # %%
-hub_token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
-if hub_repo and hub_token:
-    from huggingface_hub import HfApi
+from helpers.share import push_adapter
 
-    hub = HfApi(token=hub_token)
-    try:
-        hub.create_repo(hub_repo, private=True, exist_ok=True)  # private until you choose otherwise
-        url = hub.upload_folder(repo_id=hub_repo, folder_path=adapter_dir, repo_type="model")
-        print(f"pushed the adapter to {url}")
-    except Exception as error:  # no network, a token without write access, a repo of someone else's
-        print(f"not pushed to {hub_repo} ({type(error).__name__}: {str(error)[:200]}): check the token's write access")
-else:
-    missing = " and ".join(what for what, given in (("hub_repo", hub_repo), ("HF_TOKEN", hub_token)) if not given)
-    print(f"not pushed: no {missing} (set them to share the adapter: huggingface.co/{hub_repo or 'you/NAME'})")
+hub_url = push_adapter(adapter_dir, hub_repo)  # the repo's URL, or None and a line that says why
 
 # %% [markdown]
 # ### What the estimator said, beside what was measured
@@ -850,6 +874,7 @@ check("q08_6", answer_q08_6)
 # %% tags=["record"]
 helpers.record("platform", platform)
 helpers.record("output_dir", str(output_dir))
+helpers.record("steps_trained", sum(n for n, _ in sessions))  # in this notebook run: 0 when a finished run is reused
 helpers.record("model", model_name)
 helpers.record("adapter_params", footprint.trainable_params)
 helpers.record("planned_total_gib_t4", round(plan.total / GIB, 2))
@@ -896,6 +921,8 @@ helpers.record("manifest_step", manifest["step"])
 #   copy saved in 4 bits (5.5 GB to download instead of 15.2);
 # - put the data in the model's chat format and trained on the answers only (the prompt's labels set to -100);
 # - wrote out the lesson's `TrainingArguments` (effective batch 1 x 16 x 1 = 16, seed 42) and audited them;
+# - chose the run's folder by the settings that decide its result: the same ones go on with their run, a changed
+#   one trains a new run beside it;
 # - lost the session on purpose, resumed from the newest whole checkpoint, and plotted the loss across it;
 # - asked the same question before and after the fine-tune, and measured the held-out loss both times;
 # - saved the adapter alone, reloaded it onto a fresh base to the same answer, merged it into the 16-bit model
@@ -904,9 +931,10 @@ helpers.record("manifest_step", manifest["step"])
 #
 # **Change this, predict, run.**
 #
-# 1. Set `max_steps = 8` (on a GPU: `disconnect_after_step = 23`). Predict which steps are trained twice and
-#    where session 2 resumes, then run all and check the gray band.
-# 2. Set `tiny_learning_rate = 2e-4`, the 7B's rate. Predict the held-out loss after the fine-tune against
-#    before, then run all.
+# 1. Set `max_steps = 8` (on a GPU: `max_steps = 30` and `disconnect_after_step = 23`). Another length is another
+#    run: predict the folder it trains in, which steps are trained twice and where session 2 resumes, then run
+#    all and check the gray band. Set `max_steps = -1` again and run all: which folder, and how many steps trained?
+# 2. Set `tiny_learning_rate = 2e-4`, the 7B's rate (on a GPU, where the 7B trains: `learning_rate = 2e-5`).
+#    Predict the folder it trains in, and the held-out loss after the fine-tune against before, then run all.
 #
 # That is the course: pick the card, count the memory, make it fit, track it, and make it survive.
