@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from helpers._settings import DEFAULT_SEED, devices, effective_batch, settings
 from helpers._util import GIB
 from helpers.catalog import find, gpu_bytes
-from helpers.env import Gpu, detect_gpus
+from helpers.env import Gpu, detect_gpus, half_precision
 
 __all__ = ["AuditWarning", "Finding", "audit", "warn_precision"]
 
@@ -173,7 +173,7 @@ def _card(gpu) -> _Card | None:
 def _precision_findings(s: dict, card: _Card | None) -> list[Finding]:
     found = []
     on_cpu = card is None or s["use_cpu"]
-    if s["bf16"] and card is not None and not s["use_cpu"] and card.capability < (8, 0):
+    if s["bf16"] and card is not None and not s["use_cpu"] and half_precision(card.capability) == "fp16":
         cc = f"{card.capability[0]}.{card.capability[1]}"
         found.append(
             Finding(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from helpers.catalog import card_capability
+from helpers.env import half_precision
 from helpers.estimate import Estimate, estimate_training_memory
 
 __all__ = ["CAPSTONE_JOB", "capstone_estimate"]
@@ -49,5 +50,5 @@ def capstone_estimate(**changes) -> Estimate:
     """
     settings = dict(CAPSTONE_JOB, **changes)
     capability = card_capability(settings["gpu"])
-    settings.setdefault("precision", "bf16" if capability is None or capability >= (8, 0) else "fp16")
+    settings.setdefault("precision", half_precision(capability))
     return estimate_training_memory(settings.pop("model"), **settings)

@@ -37,6 +37,7 @@ __all__ = [
     "describe",
     "detect_gpus",
     "detect_platform",
+    "half_precision",
     "http_answers",
     "machine_notes",
     "use_one_gpu",
@@ -47,6 +48,21 @@ BF16_MIN_CAPABILITY = (8, 0)  # A100, L4, A10G, H100, RTX 30xx and newer
 FP16_MIN_CAPABILITY = (7, 0)  # V100, T4, RTX 20xx
 # oldest capability that current PyTorch wheels still ship kernels for
 TORCH_MIN_CAPABILITY = (7, 0)
+
+
+def half_precision(capability: tuple[int, int] | None) -> str:
+    """The 16-bit format a card of this compute capability trains in: "bf16" from 8.0, "fp16" below.
+
+    A T4 (7.5) says True to torch.cuda.is_bf16_supported() but only emulates bf16, slowly: the rule
+    is the capability, never that call. None (a card known only by its memory, as the planner takes
+    one) counts as a current card: "bf16". The rule's one copy: `choose_precision`, the estimator's
+    callers (plan, the planner, the capstone's job), the export, the audit and gpu-proof ask it.
+
+    Example:
+        >>> half_precision((7, 5)), half_precision((8, 0)), half_precision(None)
+        ('fp16', 'bf16', 'bf16')
+    """
+    return "bf16" if capability is None or tuple(capability) >= BF16_MIN_CAPABILITY else "fp16"
 
 
 @dataclass(frozen=True)
@@ -234,7 +250,7 @@ def choose_precision(gpus: tuple[Gpu, ...] | list[Gpu]) -> Precision:
         )
     weakest = min(gpus, key=lambda g: g.capability)
     cc = f"{weakest.capability[0]}.{weakest.capability[1]}"
-    if weakest.capability >= BF16_MIN_CAPABILITY:
+    if half_precision(weakest.capability) == "bf16":
         return Precision("bf16", f"{weakest.name} has compute capability {cc} >= 8.0: native bf16, no loss scaling")
     if weakest.capability >= FP16_MIN_CAPABILITY:
         return Precision(

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from helpers._util import GIB
 from helpers.catalog import card_capability, describe_card, gpu_bytes
+from helpers.env import half_precision
 from helpers.estimate import (
     ADAMW_FAMILY,
     HALF_BYTES,
@@ -128,7 +129,7 @@ def plan(
     """
     shape = shape_of(model)  # a config.json or a Hub id is read once, not at every step
     card, capability = gpu_bytes(gpu), card_capability(gpu)
-    half = "bf16" if capability is None or capability >= (8, 0) else "fp16"
+    half = half_precision(capability)
     current = dict(settings, per_device_batch=batch_argument(per_device_batch, batch_size, "plan")[1], seq_len=seq_len)
     if capability is not None:  # a catalog card: its compute capability decides the attention kernel
         current.setdefault("gpu", gpu)

@@ -90,8 +90,8 @@ def _closed_port() -> int:
         return s.getsockname()[1]  # closed on exit: a connection is refused at once
 
 
-def _environment(out: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+def _environment(out: Path, session: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in session.items() if not k.startswith("WANDB_")}
     env.pop("MPLBACKEND", None)  # the kernels draw inline, as in Jupyter and Colab, so a test can see each figure
     env.update(
         HF_HUB_OFFLINE="1",  # the tests never touch the network
@@ -107,7 +107,8 @@ def _environment(out: Path) -> dict[str, str]:
     return env
 
 
-def _execute(name: str) -> NotebookRun:
+def _execute(name: str, session: dict[str, str]) -> NotebookRun:
+    """Run `name` in an environment built from `session`: os.environ as it was before any test ran."""
     out = Path(tempfile.mkdtemp(prefix=f"kit-notebooks-{name}-"))
     command = [sys.executable, "-m", "helpers", "run", "--smoke", "--out", str(out)]
     if name != "cpu":
@@ -115,13 +116,14 @@ def _execute(name: str) -> NotebookRun:
     only = tuple(os.environ.get("KIT_ONLY", "").split()) or ONLY.get(name, ())
     for number in only:
         command += ["--only", number]
-    environment = _environment(out)
+    environment = _environment(out, session)
     if name == "tiny-model":
         build = [sys.executable, str(REPO / "scripts" / "build_tiny_model.py"), "--out", str(out)]
         command, only = [*build, "--losses", str(out / "losses.json")], ()
     if name == "nbval":  # this session's environment (the Hub and wandb offline), one thread, no planted keys
         command, only = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO / "notebooks")], ()
-        environment = os.environ | {"OMP_NUM_THREADS": "1"}
+        # without WANDB_SERVICE: the socket of a wandb service this pytest process may start, gone when it stops
+        environment = {k: v for k, v in session.items() if k != "WANDB_SERVICE"} | {"OMP_NUM_THREADS": "1"}
     start = time.perf_counter()
     with (out / "stdout.txt").open("w+") as stdout, (out / "stderr.txt").open("w+") as stderr:
         process = subprocess.Popen(command, stdout=stdout, stderr=stderr, env=environment, cwd=REPO)
@@ -141,11 +143,14 @@ def _execute(name: str) -> NotebookRun:
 def _start(names: list[str]) -> None:
     for name in names:
         _done.setdefault(name, threading.Event())
+    # the environment now, before any test runs: the runs start later, one after another, while the unit
+    # tests set and unset variables (monkeypatch) and start wandb in this process (WANDB_SERVICE)
+    session = dict(os.environ)
 
     def work():
         for name in names:
             try:
-                _runs[name] = _execute(name)
+                _runs[name] = _execute(name, session)
             finally:
                 _done[name].set()
 
@@ -214,7 +219,7 @@ def ran(figures, notebook_run) -> tuple[dict[str, dict], Path]:
 @pytest.fixture(scope="session")
 def rebuilt_tiny_model() -> NotebookRun:
     """scripts/build_tiny_model.py's rebuild of the embedded model, in `out` (run here, in the foreground)."""
-    return _execute("tiny-model")
+    return _execute("tiny-model", dict(os.environ))
 
 
 @pytest.fixture(scope="session")

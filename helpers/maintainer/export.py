@@ -245,9 +245,10 @@ def _card_precision(card: str | None) -> str:
     if card is None:
         return "no"  # train.py's training_args picks the card's precision when the job runs
     from helpers.catalog import card_capability
+    from helpers.env import half_precision
 
     try:
-        return "bf16" if card_capability(card) >= (8, 0) else "fp16"
+        return half_precision(card_capability(card))
     except ValueError as e:
         raise ExportError(f"{e}. Or pass --mixed-precision bf16|fp16|no") from None
 

@@ -628,7 +628,8 @@ helpers.record("audit_codes", [f.code for f in findings])
 #
 # 1. Set `seq_len = 512` in the parameters cell. Predict whether the bf16/fp32 activation ratio goes
 #    up, goes down or stays. Run all and check.
-# 2. Set `tiny_learning_rate = 5e-5`, a real model's rate (with a real model on a GPU: `learning_rate = 5e-4`).
+# 2. Set `tiny_learning_rate = 5e-5`, a real model's rate (with a real model on a GPU, the other way round:
+#    `learning_rate = 5e-4`, ten times a full fine-tune's).
 #    Predict whether the held-out loss after the fine-tune lands above or below this run's. Run all and
 #    compare.
 #

@@ -410,9 +410,9 @@ def start_tracking(resume_from):
     return init_tracking("kit-08-capstone", config, name=output_dir.name, dir=output_dir, run_id=run_id)
 
 
-if tiny:
-    learning_rate = tiny_learning_rate  # the rate this run trains at, so the one its folder is chosen by
-    print(f"tiny model: learning rate {learning_rate:g} instead of the 7B's 2e-4 (see the parameters cell)")
+if tiny:  # the rate this run trains at, so the one its folder is chosen by
+    print(f"tiny model: learning rate {tiny_learning_rate:g} instead of {learning_rate:g} (see the parameters cell)")
+    learning_rate = tiny_learning_rate
 settings = dict(
     model_id=model_name, seq_len=seq_len, learning_rate=learning_rate, max_steps=max_steps,
     num_train_epochs=num_train_epochs, per_device_batch=per_device_batch, grad_accum_steps=grad_accum_steps, seed=seed,

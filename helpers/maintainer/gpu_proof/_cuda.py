@@ -57,7 +57,9 @@ def precisions() -> list[str]:
     """Every precision the card runs natively, for the step-time section."""
     import torch
 
-    return ["fp32", "fp16"] + (["bf16"] if torch.cuda.get_device_capability() >= (8, 0) else [])
+    from helpers.env import half_precision
+
+    return ["fp32", "fp16"] + (["bf16"] if half_precision(torch.cuda.get_device_capability()) == "bf16" else [])
 
 
 def peak_bytes() -> int:
