@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from helpers._util import torch_dtype
+from helpers._util import error_line, torch_dtype
 from helpers.env import call_within, http_answers
 
 __all__ = [
@@ -225,12 +225,12 @@ def _fetch(model_id: str, revision: str | None) -> str:
     except HfHubHTTPError as e:
         status = getattr(getattr(e, "response", None), "status_code", None)
         if status is not None and status < 500 and status != 429:  # it answered: no such model, or a token needed
-            raise ValueError(f"Could not load {model_id!r}: {_first_line(e)}\n{LOAD_HINT}") from e
-        return f"the Hugging Face Hub failed ({_first_line(e)})"
+            raise ValueError(f"Could not load {model_id!r}: {error_line(e)}\n{LOAD_HINT}") from e
+        return f"the Hugging Face Hub failed ({error_line(e)})"
     except TimeoutError as e:
         return f"the Hugging Face Hub stopped answering: {e}"
     except Exception as e:  # the HTTP client's own connection errors differ across its versions
-        return f"the Hugging Face Hub could not be reached ({_first_line(e)})"
+        return f"the Hugging Face Hub could not be reached ({error_line(e)})"
     return ""
 
 
@@ -253,11 +253,6 @@ def _fall_back(model_id: str, why: str) -> Path:
         f"slow link raise helpers.models.HUB_DOWNLOAD_TIMEOUT_S (now {HUB_DOWNLOAD_TIMEOUT_S:g} s) or "
         "HUB_METADATA_TIMEOUT_S; or pass smoke=True to use the embedded tiny model."
     )
-
-
-def _first_line(e: BaseException) -> str:
-    lines = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {lines[0][:200]}" if lines else type(e).__name__
 
 
 def load_pretrained(source, *, dtype, revision, local_only: bool, **model_kwargs):
