@@ -1,7 +1,7 @@
 # A fresh machine needs Python 3.11+, make and git; these targets do the rest (see README.md).
 #   make run        set up .venv, then execute every notebook headless (ARGS="--only 00 --smoke" to narrow)
 #   make test       set up .venv, then the lint gate (ruff), then the whole test suite
-#   make test-fast  the same without executing any notebook: the inner loop while editing helpers/
+#   make test-fast  the same without the notebook runs and the slow tier (under 90 s): the inner loop
 #   make e2e        a real browser: JupyterLab + Debian's headless Chromium run notebooks 00, 01 and 03
 #   make lint       ruff check and ruff format --check; `make format` rewrites the files
 #   make test-runtimes  the unit tests and every notebook on Colab's Python 3.13 and Kaggle's 3.12, each
@@ -14,8 +14,8 @@ PY := $(VENV)/bin/python
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.installed
 E2E_STAMP := $(VENV)/.e2e-installed
-# leaves out the tests that read the shared notebook runs (the smoke runs and nbval's, tests/conftest.py)
-FAST_ARGS := -m "not notebooks" tests
+# leaves out the tests that read the shared notebook runs (tests/conftest.py) and the slow tier (pytest.mark.slow)
+FAST_ARGS := -m "not notebooks and not slow" tests
 
 .PHONY: setup run test test-fast test-runtimes e2e lint format notebooks clean
 

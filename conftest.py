@@ -9,6 +9,7 @@ def pytest_configure(config):
     os.environ["HF_DATASETS_OFFLINE"] = "1"
     os.environ["WANDB_MODE"] = "offline"
     os.environ["MPLBACKEND"] = "Agg"
+    os.environ["HELPERS_HEADLESS"] = "1"  # kernels no front end shows: widgets print instead (helpers._util.headless)
     # one thread per process: the tiny model's ops are too small to share out, and on a 2-core CI
     # machine the kernels and workers the tests start would otherwise wait on each other's cores
     os.environ.setdefault("OMP_NUM_THREADS", "1")

@@ -19,7 +19,11 @@ Each session, in order:
 3. the kit, installed by the notebooks' own install cell (scripts/measure_install.py --run-in),
    exactly as a student's Run all does it: it must leave the runtime working;
 4. the unit tests (`-m "not notebooks"`) and, beside them on the other core, every notebook
-   headless (`helpers run --smoke`); the session ends with a line of what each step took.
+   headless in its two configurations: the smoke run under the runtime's simulated card
+   (`helpers run --smoke --simulate`), then the committed notebooks as a student's Run All on this
+   CPU, default parameters, through nbval (`pytest --nbval-lax notebooks`: `make test` runs the
+   smoke run only, since on a CPU the two differ only in step counts); the session ends with a line
+   of what each step took.
 
 Steps 1-2 are kept between runs: the venvs live outside the clone, in $KIT_RUNTIMES_DIR (default
 ~/.cache/compute-realities-kit/runtimes), and are rebuilt only when their runtime file,
@@ -34,7 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -42,6 +46,8 @@ import time
 from pathlib import Path
 
 import nox
+
+from helpers._requirements import read_pins  # the kit is installed in the venv that runs nox
 
 ROOT = Path(__file__).resolve().parent
 RUNTIMES_DIR = ROOT / "tests" / "runtimes"
@@ -80,13 +86,8 @@ def find_python(version: str) -> str:
 
 
 def pins(path: Path) -> dict[str, str]:
-    """{canonical name: line} of every `name==version` line in a requirements file."""
-    found = {}
-    for line in path.read_text().splitlines():
-        match = re.match(r"^([A-Za-z0-9_.-]+)==\S+", line)
-        if match:
-            found[re.sub(r"[-_.]+", "-", match.group(1)).lower()] = match.group(0)
-    return found
+    """{canonical name: `name==version`} of every pin in a requirements file, read as the kit reads them."""
+    return {name: f"{name}=={version}" for name, (version, _) in read_pins(path).items()}
 
 
 def runtime_file(runtime: str) -> Path:
@@ -145,12 +146,16 @@ def run_runtime(session: nox.Session, runtime: str, card: str) -> None:
     # the notebooks on one core (a process of their own), the unit tests on the other, as in make test
     out = ROOT / "build" / "runtimes" / runtime
     out.mkdir(parents=True, exist_ok=True)
-    notebooks = [python, "-m", "helpers", "run", "--smoke", "--simulate", card, "--out", str(out)]
-    session.log(f"{' '.join(notebooks)} > {out}/run.log, beside the unit tests")
+    # the notebooks' two configurations: the smoke run under the runtime's card, then the committed
+    # notebooks as a student's Run All on this CPU (default parameters) through nbval, one test a cell
+    smoke = [python, "-m", "helpers", "run", "--smoke", "--simulate", card, "--out", str(out)]
+    committed = [python, "-m", "pytest", "-q", "--nbval-lax", "notebooks"]
+    lane = f"{shlex.join(smoke)} && {shlex.join(committed)}"
+    session.log(f"{lane} > {out}/run.log, beside the unit tests")
     mark = time.perf_counter()
     with open(out / "run.log", "w") as log:
         environment = os.environ | ONE_THREAD
-        beside = subprocess.Popen(notebooks, stdout=log, stderr=subprocess.STDOUT, env=environment, cwd=ROOT)
+        beside = subprocess.Popen(["bash", "-c", lane], stdout=log, stderr=subprocess.STDOUT, env=environment, cwd=ROOT)
     try:
         # KIT_RUNTIME: the tests that check installed versions read this runtime's file, not requirements-dev.txt
         tests = ["-m", "pytest", "-m", "not notebooks", "tests", "-q", *session.posargs]
@@ -163,7 +168,7 @@ def run_runtime(session: nox.Session, runtime: str, card: str) -> None:
     times["session"] = time.perf_counter() - start
     session.log(f"{runtime}: " + ", ".join(f"{what} {seconds:.0f} s" for what, seconds in times.items()))
     if code != 0:
-        session.error(f"a notebook failed under {runtime}'s runtime: {out}/run.log and {out}/summary.md say which")
+        session.error(f"a notebook failed under {runtime}'s runtime: {out}/run.log (and {out}/summary.md) says which")
 
 
 def _define(runtime: str, python: str, card: str) -> None:

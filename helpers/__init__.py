@@ -4,15 +4,17 @@ One concept a module; each module's docstring names the notebook that teaches it
 
 notebook                    module (what it holds)
 00 where to get GPUs        env (platform, cards, precision), models (load, embedded fallback), data
-01 memory anatomy           memory (readouts), estimate (what fits), plan, planner (with controls), catalog
+01 memory anatomy           memory (readouts), job (a job's settings, checked), estimate (what fits), plan,
+                            planner (with controls), catalog
 02 mixed precision          training (precision, TrainingArguments), saved_tensors, audit
 03 gradient checkpointing   oom (pretend card, free_memory, fit_batch), live (live readout), audit
 04 gradient accumulation    training (effective batch), oom (fit_batch)
-05 QLoRA                    qlora (4-bit + LoRA in one call, footprint), plan, capstone (the 7B job of 05 and 08)
+05 QLoRA                    qlora (4-bit + LoRA in one call), footprint (what it holds), plan, capstone (the
+                            7B job of 05 and 08)
 06 experiment tracking      tracking (wandb without prompts), seeds, manifest
 07 Kaggle T4 x2             memory (read_gpu_memory: NVML, CUDA untouched)
 08 capstone                 runs (which run folder: the same run, or a new one), resume (after a
-                            disconnect), manifest, live, qlora, planner
+                            disconnect), manifest, live, qlora, footprint, planner
 06 and 08 (secrets)         tokens (HF_TOKEN, WANDB_API_KEY: env, login, Colab, Kaggle), share (push the adapter)
 every notebook              session (`start`: one GPU, the seed, the machine), results (`record`),
                             quickcheck/ (quick checks, grading)

@@ -159,7 +159,7 @@ def _export_arguments(exp: argparse.ArgumentParser) -> None:
 
 
 def _plan_arguments(pln: argparse.ArgumentParser) -> None:
-    from helpers.estimate import LOOPS, OPTIMIZER_BYTES, PRECISIONS
+    from helpers.job import add_job_arguments
 
     pln.add_argument(
         "--model",
@@ -169,41 +169,7 @@ def _plan_arguments(pln: argparse.ArgumentParser) -> None:
     pln.add_argument(
         "--gpu", type=_card, default="T4", help="a catalog card (T4, L4, A100-40GB, ...) or GiB, e.g. 15.0"
     )
-    pln.add_argument("--seq-len", type=_count("--seq-len", 2**20, "512"), required=True, help="tokens per sequence")
-    pln.add_argument(
-        "--batch-size", type=_count("--batch-size", 2**16, "4"), default=1, help="per-device micro-batch (default 1)"
-    )
-    pln.add_argument(
-        "--precision",
-        choices=PRECISIONS,
-        help="default: the card's half precision; bf16-true / fp16-true: everything in 16 bits, no fp32 copies",
-    )
-    method = pln.add_mutually_exclusive_group()
-    method.add_argument("--lora", action="store_true", help="LoRA on a frozen 16-bit model")
-    method.add_argument("--qlora", action="store_true", help="LoRA on a frozen 4-bit NF4 model")
-    pln.add_argument("--lora-r", type=_count("--lora-r", 4096, "16"), default=16, help="LoRA rank (default 16)")
-    pln.add_argument(
-        "--lora-targets",
-        type=_targets,
-        default="all-linear",
-        help="peft's target_modules, comma-separated: all-linear (default), q_proj,v_proj, ... lm_head",
-    )
-    pln.add_argument("--checkpointing", action="store_true", help="gradient checkpointing on")
-    pln.add_argument(
-        "--optimizer", default="adamw", choices=tuple(OPTIMIZER_BYTES), help="also TrainingArguments' optim names"
-    )
-    pln.add_argument(
-        "--fused-loss",
-        action="store_true",
-        help="a fused / chunked cross-entropy (Liger, unsloth): no full-sequence logits in fp32",
-    )
-    pln.add_argument(
-        "--loop",
-        default="trainer",
-        choices=LOOPS,
-        help="trainer (default: transformers' Trainer); custom: your own `outputs = model(**batch)` loop, "
-        "which keeps the logits and the key/value cache through backward; litgpt",
-    )
+    add_job_arguments(pln)  # a flag per helpers.job.TrainingJob field: --per-device-batch, --seq-len, --method, ...
 
 
 # argument types: argparse turns their ArgumentTypeError into "error: argument --x: <message>" and
@@ -250,14 +216,6 @@ def _names(text: str) -> list[str]:
     if not names:
         raise argparse.ArgumentTypeError(f"{text!r} names nothing: pass e.g. estimator,headline")
     return names
-
-
-def _targets(text: str) -> str | list[str]:
-    """An argparse type for --lora-targets: all-linear, or module names separated by commas."""
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError(f"{text!r} names no module: pass e.g. --lora-targets q_proj,v_proj")
-    return "all-linear" if names == ["all-linear"] else names
 
 
 MAX_CARD_GIB = 1024  # GiB: more than any single card has (the largest hold a few hundred)
@@ -348,24 +306,12 @@ def _notebooks(args) -> int:
 def _plan(args) -> int:
     """Print the estimate for the job as asked, whether it fits, and the plan that makes it fit."""
     from helpers.catalog import describe_card, model_notes
+    from helpers.job import job_from_arguments
     from helpers.plan import assumed_stack, format_plan, plan
 
     gpu = args.gpu  # a card name, or GiB as a float (_card)
-    settings = dict(
-        per_device_batch=args.batch_size,
-        seq_len=args.seq_len,
-        checkpointing=args.checkpointing,
-        optimizer=args.optimizer,
-        lora_r=args.lora_r,
-        lora_targets=args.lora_targets,
-        fused_loss=args.fused_loss,
-        loop=args.loop,
-        method="qlora" if args.qlora else "lora" if args.lora else "full",
-    )
-    if args.precision:
-        settings["precision"] = args.precision
     try:
-        steps = plan(args.model, gpu, **settings)
+        steps = plan(args.model, gpu, job_from_arguments(args))
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -373,7 +319,7 @@ def _plan(args) -> int:
     s = asked.settings
     print(
         f"{args.model} ({asked.parameters / 1e9:.2f}B parameters, {asked.trainable / 1e6:,.1f}M trainable), "
-        f"{s['method']}, {s['precision']}, batch {s['batch_size']} x {s['seq_len']} tokens, "
+        f"{s['method']}, {s['precision']}, per-device batch {s['per_device_batch']} x {s['seq_len']} tokens, "
         f"checkpointing {'on' if s['checkpointing'] else 'off'}, optimizer {s['optimizer']}, loop {s['loop']}"
     )
     print("\n".join([*model_notes(args.model, args.seq_len), assumed_stack(asked), asked.table()]))

@@ -1,6 +1,6 @@
 """torch.cuda's caching allocator, replayed on a CPU allocation trace: what a card would reserve.
 
-No notebook calls it: `helpers._allocator.track_allocations` replays what torch's CPU allocator did
+No notebook calls it: `helpers._cpu_peak.track_allocations` replays what torch's CPU allocator did
 through it (`Allocations.reserved`), and scripts/bench_estimator.py --allocator and
 tests/test_estimate_allocator.py hold the estimator's `reserved` (`helpers.estimate`, taught in
 notebook 01) to it. Pure Python.

@@ -9,20 +9,32 @@ probes, one per place memory lives:
 - NVML: every card's used memory sampled in a thread, CUDA untouched (notebook 07).
 
 A probe's `stop()` returns (name, bytes, how) triples; `helpers.memory` makes them `Figure`s.
-Importing this module is cheap: torch, psutil and pynvml load when a probe starts.
+The NVML sampler is the kit's one: `python -m helpers gpu-proof` reads a card's idle and peak
+memory around each notebook through `nvml_peaks` too. Importing this module is cheap: torch,
+psutil and pynvml load when a probe starts.
 """
 
 from __future__ import annotations
 
 import threading
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 
 from helpers._nvml import nvml_devices
 
-__all__ = ["NVML_INTERVAL_S", "RSS_INTERVAL_S", "probe_for", "read_peak_rss", "reset_peak_rss"]
+__all__ = [
+    "NVML_INTERVAL_S",
+    "RSS_INTERVAL_S",
+    "STOP_WAIT_S",
+    "PeakSampler",
+    "nvml_peaks",
+    "probe_for",
+    "read_peak_rss",
+    "reset_peak_rss",
+]
 
 NVML_INTERVAL_S = 0.05  # how often measure(device="nvml") samples each card
 RSS_INTERVAL_S = 0.01  # how often the RSS is sampled where the kernel's peak cannot be reset
+STOP_WAIT_S = 5.0  # how long stopping waits for a read in flight: a driver that stopped answering must not hold a run
 
 
 def probe_for(device: str):
@@ -44,7 +56,7 @@ class _CpuProbe:
         self._entry = self._process.memory_info().rss
         self._sampler = None
         if not reset_peak_rss():  # not Linux, or /proc not writable: sample instead
-            self._sampler = _PeakSampler(lambda: [self._process.memory_info().rss], RSS_INTERVAL_S)
+            self._sampler = PeakSampler(lambda: [self._process.memory_info().rss], RSS_INTERVAL_S)
 
     def sync(self):
         pass
@@ -101,34 +113,58 @@ class _NvmlProbe:
 
     def start(self):
         self._stack = ExitStack()
-        devices = self._stack.enter_context(nvml_devices())
-        if devices is None:
+        self._sampler = self._stack.enter_context(nvml_peaks(NVML_INTERVAL_S))
+        if self._sampler is None:
             self._stack.close()
             raise ValueError(
                 "measure(device='nvml') found no NVIDIA driver (pynvml could not initialise). "
                 "On a machine without a GPU use device='cpu'."
             )
-        self._sampler = _PeakSampler(lambda: [d.memory().used for d in devices], NVML_INTERVAL_S)
 
     def sync(self):
         pass
 
     def stop(self) -> list[tuple[str, int, str]]:
-        try:
-            peaks = self._sampler.stop()
-        finally:
-            self._stack.close()
+        self._stack.close()  # stops the sampler, then NVML
         how = f"NVML used memory, every process on the card, peak of samples every {NVML_INTERVAL_S * 1000:.0f} ms"
-        return [(f"gpu{i}_peak_used", peak, how) for i, peak in enumerate(peaks)]
+        return [(f"gpu{i}_peak_used", peak, how) for i, peak in enumerate(self._sampler.peak)]
 
 
-class _PeakSampler:
-    """Calls `read()` (a list of ints) every `interval_s` in a daemon thread; keeps each one's max."""
+@contextmanager
+def nvml_peaks(interval_s: float):
+    """Sample every card's used memory through NVML in a thread while the block runs; CUDA untouched.
+
+    Yields the `PeakSampler`: `first` holds each card's used bytes at entry (an idle card's), `peak`
+    the most seen (final once the block has ended). None where there is no NVML (no package or no
+    driver).
+
+    Example:
+        >>> with nvml_peaks(0.05) as cards:  # doctest: +SKIP
+        ...     run_the_job()
+        >>> cards.first[0], cards.peak[0]  # doctest: +SKIP
+    """
+    with nvml_devices() as devices:
+        if devices is None:
+            yield None
+            return
+        sampler = PeakSampler(lambda: [d.memory().used for d in devices], interval_s)
+        try:
+            yield sampler
+        finally:
+            sampler.stop()
+
+
+class PeakSampler:
+    """Calls `read()` (a list of ints) every `interval_s` in a daemon thread; keeps each one's max.
+
+    `first` is the first reading (taken before the thread starts), `peak` each value's max so far.
+    """
 
     def __init__(self, read, interval_s: float):
         self._read, self._interval = read, interval_s
         self._done = threading.Event()
-        self.peak = list(read())
+        self.first = list(read())
+        self.peak = list(self.first)
         self._thread = threading.Thread(target=self._run, name="helpers.memory sampler", daemon=True)
         self._thread.start()
 
@@ -140,9 +176,11 @@ class _PeakSampler:
         self.peak = [max(a, b) for a, b in zip(self.peak, values)]
 
     def stop(self) -> list[int]:
+        """Stop sampling and read once more; a read still hanging after STOP_WAIT_S is left to its thread."""
         self._done.set()
-        self._thread.join()
-        self._update(self._read())
+        self._thread.join(timeout=STOP_WAIT_S)
+        if not self._thread.is_alive():
+            self._update(self._read())
         return self.peak
 
 

@@ -17,10 +17,12 @@ from pathlib import Path
 
 __all__ = [
     "GIB",
+    "HEADLESS",
     "MIB",
     "NotRegularFile",
     "environ",
     "error_line",
+    "headless",
     "ipython_shell",
     "quiet_libraries",
     "read_regular_file",
@@ -28,6 +30,8 @@ __all__ = [
     "torch_dtype",
 ]
 
+# set by the kit's runner and the tests for the kernels they start: nothing shows those kernels' widgets
+HEADLESS = "HELPERS_HEADLESS"
 MIB = 2**20  # bytes in a mebibyte (what PyTorch and nvidia-smi call "MiB"/"MB")
 GIB = 2**30  # bytes in a gibibyte; a GB is 10**9 bytes, 7.4 % less
 _KINDS = {
@@ -82,6 +86,12 @@ def ipython_shell():
     from IPython import get_ipython
 
     return get_ipython()
+
+
+def headless() -> bool:
+    """True in a kernel no front end shows (HELPERS_HEADLESS=1: the kit's runner, the tests): a widget there is
+    seen by nobody, and nbclient can wait forever on a cell that opens one (jupyter/nbclient#312)."""
+    return os.environ.get(HEADLESS) == "1"
 
 
 def restore_environ(saved: Mapping[str, str | None]) -> None:

@@ -219,7 +219,7 @@ def _checkpointing_findings(s: dict, model, card: _Card, seq_len: int | None) ->
     if method == "lora" and precision == "fp32":
         weights = "fp32"
     b = s["per_device_train_batch_size"]
-    settings = dict(batch_size=b, seq_len=int(seq_len), precision=precision, method=method, weights=weights)
+    settings = dict(per_device_batch=b, seq_len=int(seq_len), precision=precision, method=method, weights=weights)
     without = estimate_training_memory(target, **settings)
     if without.total <= card.total_bytes:
         return []

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from helpers.catalog import card_capability
-from helpers.env import half_precision
 from helpers.estimate import Estimate, estimate_training_memory
 
 __all__ = ["CAPSTONE_JOB", "capstone_estimate"]
@@ -48,7 +46,5 @@ def capstone_estimate(**changes) -> Estimate:
         >>> e.settings["method"], e.settings["precision"], e.fits("T4")
         ('qlora', 'fp16', True)
     """
-    settings = dict(CAPSTONE_JOB, **changes)
-    capability = card_capability(settings["gpu"])
-    settings.setdefault("precision", half_precision(capability))
+    settings = dict(CAPSTONE_JOB, **changes)  # the estimator takes the card's precision when none is given
     return estimate_training_memory(settings.pop("model"), **settings)

@@ -1,12 +1,13 @@
 """The shipped catalogs of models and cards, and one way to look a name up in them.
 
 Used by the estimator (notebook 01), `plan` (notebooks 01, 05, `python -m helpers plan`), the
-planner (01, 08) and the training audit (notebooks 02-04). The catalogs are JSON under
-helpers/assets/catalog: "models" (architecture shapes of real models, with their Hub ids, and the
-variants that share a model's shapes) and "gpus" (cards: memory, compute capability, where students
-find them). A model's name resolves here, once for the whole kit (`resolve_model`): the names
-students type ("Llama-3-8B", "Meta-Llama-3-8B-Instruct", "qwen2.5-7b-instruct") find the entry with
-the same shapes, and say what else differs. Pure Python: no torch, no network.
+planner (01, 08), the training audit (notebooks 02-04) and the simulated cards (`helpers.simulate`).
+The catalogs are JSON under helpers/assets/catalog: "models" (architecture shapes of real models,
+with their Hub ids, and the variants that share a model's shapes) and "gpus" (cards: memory,
+compute capability, where students find them and, for a card the kit simulates, its `device_name`
+as the driver reports it). A model's name resolves here, once for the whole kit (`resolve_model`):
+the names students type ("Llama-3-8B", "Meta-Llama-3-8B-Instruct", "qwen2.5-7b-instruct") find the
+entry with the same shapes, and say what else differs. Pure Python: no torch, no network.
 """
 
 from __future__ import annotations

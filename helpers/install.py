@@ -21,6 +21,8 @@ import re
 import subprocess
 from dataclasses import dataclass, field
 
+from helpers._requirements import canonical_name
+
 __all__ = ["RUN_TIME_FLOORS", "Broken", "Report", "broken_requirements", "keep_runtime_working", "versions"]
 
 # name -> (oldest version the kit's libraries accept where it is installed, who refuses older ones);
@@ -50,17 +52,13 @@ class Report:
     pip_error: str = ""  # the end of pip's output where the mending call failed
 
 
-def _canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def versions() -> dict[str, str]:
     """{canonical name: version} of every installed distribution (the first one found, as imports do)."""
     found: dict[str, str] = {}
     for dist in metadata.distributions():
         name = dist.metadata["Name"]
         if name:
-            found.setdefault(_canonical(name), dist.version)
+            found.setdefault(canonical_name(name), dist.version)
     return found
 
 
@@ -70,7 +68,7 @@ def broken_requirements(before: dict[str, str]) -> list[Broken]:
     A library the install upgraded is pip's to satisfy, and one already broken before is not the
     install's doing: neither is listed.
     """
-    before, now = {_canonical(name): version for name, version in before.items()}, versions()
+    before, now = {canonical_name(name): version for name, version in before.items()}, versions()
     changed = {name for name, old in before.items() if now.get(name) != old}
     if not changed:  # nothing to read (and packaging may not be importable where pip installed nothing)
         return []
@@ -81,12 +79,12 @@ def broken_requirements(before: dict[str, str]) -> list[Broken]:
 
     found, seen = [], set()
     for dist in metadata.distributions():
-        name = _canonical(dist.metadata["Name"] or "")
+        name = canonical_name(dist.metadata["Name"] or "")
         if not name or name in seen or before.get(name) != dist.version:
             continue
         seen.add(name)
         for text in dist.requires or []:
-            if _canonical(re.match(r"[A-Za-z0-9._-]*", text).group(0)) not in changed:
+            if canonical_name(re.match(r"[A-Za-z0-9._-]*", text).group(0)) not in changed:
                 continue  # a requirement on something the install left alone still holds
             try:
                 req = Requirement(text)
@@ -94,7 +92,7 @@ def broken_requirements(before: dict[str, str]) -> list[Broken]:
                 continue
             if req.marker is not None and not req.marker.evaluate({"extra": ""}):
                 continue
-            old, new = before[_canonical(req.name)], now.get(_canonical(req.name))
+            old, new = before[canonical_name(req.name)], now.get(canonical_name(req.name))
             if req.specifier.contains(old, prereleases=True) and not (
                 new is not None and req.specifier.contains(new, prereleases=True)
             ):
@@ -125,7 +123,7 @@ def keep_runtime_working(before: dict[str, str], pip: list[str], *, kit: str = "
     Returns:
         the `Report`, also printed: a line of what changed, then what stays broken and how to restore it.
     """
-    report, before = Report(), {_canonical(name): version for name, version in before.items()}
+    report, before = Report(), {canonical_name(name): version for name, version in before.items()}
     low = _below_floor(versions())
     if low:  # a call of its own, so a cap pip cannot meet below does not keep these back
         _pip(report, pip, [kit] + [f"{name}=={RUN_TIME_FLOORS[name][0]}" for name in low])

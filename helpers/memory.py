@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from helpers import _probes
-from helpers._allocator import track_allocations  # re-exported: notebook 01 compares two loops with it
+from helpers._cpu_peak import track_allocations  # re-exported: notebook 01 compares two loops with it
 from helpers._nvml import nvml_devices
 from helpers._util import GIB, MIB
 from helpers.saved_tensors import SavedTensors, track_saved_tensors

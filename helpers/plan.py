@@ -10,7 +10,7 @@ planner's controls (01, 08, `helpers.planner`) and `python -m helpers plan` prin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from helpers._util import GIB
 from helpers.catalog import card_capability, describe_card, gpu_bytes
@@ -24,7 +24,7 @@ from helpers.estimate import (
     estimate_training_memory,
     shape_of,
 )
-from helpers.estimate._job import batch_argument
+from helpers.job import TrainingJob, job_settings
 
 __all__ = [
     "KERNEL_NAMES",
@@ -97,9 +97,7 @@ class _Rung:
     change: dict  # the settings of estimate_training_memory it changes
 
 
-def plan(
-    model, gpu, *, per_device_batch: int | None = None, batch_size: int | None = None, seq_len: int, **settings
-) -> Plan:
+def plan(model, gpu, job: TrainingJob | None = None, /, **settings) -> Plan:
     """The ladder of changes that makes a job fit `gpu`, cheapest for the student first, with the memory after each.
 
     The rungs, in LADDER's order: free the model's output before backward (a hand-written loop),
@@ -118,9 +116,10 @@ def plan(
         model: what `estimate_training_memory` takes: a catalog name, a path to a config.json, a Hub id,
             a transformers config or a dict (read once).
         gpu: a catalog card ("T4"), its memory in GiB as a float, or bytes as an int.
-        per_device_batch, seq_len: the micro-batch on one device (`batch_size` is its older name).
-        settings: any other setting of `estimate_training_memory` (precision defaults to the
-            card's half precision: bf16 from compute capability 8.0, fp16 below).
+        job, settings: the job as asked: a `helpers.job.TrainingJob` and/or its fields by keyword
+            (per_device_batch, seq_len, method, ...; precision defaults to the card's half
+            precision: bf16 from compute capability 8.0, fp16 below). `harness` and `device` pass
+            through to `estimate_training_memory`.
 
     Example:
         >>> steps = plan("Mistral-7B", "T4", per_device_batch=4, seq_len=512)
@@ -130,77 +129,80 @@ def plan(
     shape = shape_of(model)  # a config.json or a Hub id is read once, not at every step
     card, capability = gpu_bytes(gpu), card_capability(gpu)
     half = half_precision(capability)
-    current = dict(settings, per_device_batch=batch_argument(per_device_batch, batch_size, "plan")[1], seq_len=seq_len)
+    passed = {k: settings.pop(k) for k in ("harness", "device") if k in settings}
     if capability is not None:  # a catalog card: its compute capability decides the attention kernel
-        current.setdefault("gpu", gpu)
-    current.setdefault("precision", half)  # the card's half precision unless asked otherwise
+        passed["gpu"] = gpu
+    current = job_settings(job, caller="plan", **settings).with_precision(half)
     steps = Plan()
 
-    def take(rung: _Rung, e: Estimate) -> None:
-        current.update(rung.change)
+    def estimate(changed: TrainingJob) -> Estimate:
+        return estimate_training_memory(shape, changed, **passed)
+
+    def take(rung: _Rung, changed: TrainingJob, e: Estimate) -> None:
+        nonlocal current
+        current = changed
         verdict = e.verdict(card)
         steps.append(PlanStep(rung.technique, rung.why, e, verdict == "fits", verdict, rung.cost))
 
-    take(_Rung("as asked", "the job with the settings given", "", {}), estimate_training_memory(shape, **current))
-    for rung in _ladder(current, shape, half):
+    take(_Rung("as asked", "the job with the settings given", "", {}), current, estimate(current))
+    for rung in _ladder(lambda: current, shape, half, passed.get("harness")):
         if steps[-1].fits:
             break
-        e = estimate_training_memory(shape, **dict(current, **rung.change))
+        changed = replace(current, **rung.change)
+        e = estimate(changed)
         if e.total < steps[-1].estimate.total or rung.technique == "mixed precision":
-            take(rung, e)
+            take(rung, changed, e)
         elif rung.technique not in steps.left_out:
             steps.left_out.append(rung.technique)
     return steps
 
 
-def _ladder(current: dict, shape, half: str):
-    """The rungs still to try, cheapest first, read from the settings as `plan` changes them."""
-    method = current.get("method", "full")
-    if current.get("loop") == "custom":
+def _ladder(now, shape, half: str, harness):
+    """The rungs still to try, cheapest first, read from the job as `plan` changes it (`now()`: the job now)."""
+    if now().loop == "custom":
         why = "loss = model(**batch).loss: the logits go once the loss is computed, as in the Trainer"
         yield _Rung(LADDER[0], why, "nothing", dict(loop="trainer"))
-    if current.get("attn_impl") == "eager" and not shape.attn_softcap:  # Gemma 2's soft-capping needs eager
+    if now().attn_impl == "eager" and not shape.attn_softcap:  # Gemma 2's soft-capping needs eager
         why = "attn_implementation='sdpa': a fused kernel, not eager matmuls"
         yield _Rung(LADDER[1], why, "nothing: faster", dict(attn_impl="sdpa"))
-    if current.get("precision") == "fp32":
+    if now().precision == "fp32":
         scaling = " (fp16: with loss scaling)" if half == "fp16" else ""
         why = f"autocast to {half}: most activations in 16 bits, while the fp32 weights stay and gain {half} copies"
         yield _Rung(LADDER[2], why, f"nothing: faster on tensor cores{scaling}", dict(precision=half))
-    harness = current.get("harness")
-    if shape.head == "lm" and not current.get("fused_loss") and not (harness and harness.loss_chunk):
+    if shape.head == "lm" and not now().fused_loss and not (harness and harness.loss_chunk):
         why = "Liger's fused linear cross-entropy (use_liger_kernel=True): the logits are never held whole"
         yield _Rung(LADDER[3], why, "nothing in the result; one more library", dict(fused_loss=True))
-    if not current.get("checkpointing"):
+    if not now().checkpointing:
         why = "keep only each layer's input; recompute the rest in backward"
         yield _Rung(LADDER[4], why, "about a third more compute a step", dict(checkpointing=True))
-    yield from _halvings(current, "per_device_batch", 1)
-    if current.get("optimizer", "adamw") in ADAMW_FAMILY:
+    yield from _halvings(now, "per_device_batch", 1)
+    if now().optimizer in ADAMW_FAMILY:
         why = "AdamW's two moments in 8 bits, paged to CPU memory at spikes (bitsandbytes)"
         yield _Rung(LADDER[6], why, "a little precision in its states", dict(optimizer="paged_adamw_8bit"))
-    if method != "full" and current.get("lora_dropout", 0.0) > 0:
+    if now().method != "full" and now().lora_dropout > 0:
         why, change = "lora_dropout=0.0: no dropout masks kept", dict(lora_dropout=0.0)
         yield _Rung(LADDER[7], why, "a little less regularization", change)
-    if method == "full":
+    if now().method == "full":
         why = "freeze the model in 16 bits, train low-rank adapters"
         cost = "trains adapters only: often a little below a full fine-tune"
         yield _Rung(LADDER[8], why, cost, dict(method="lora", weights=half))
-    if current.get("method") != "qlora":
+    if now().method != "qlora":
         why = "freeze the model in 4-bit NF4, train low-rank adapters"
         cost = "slower steps (dequantizing), a little quality"
         yield _Rung(LADDER[9], why, cost, dict(method="qlora", weights="nf4"))
-    if current.get("method") != "full":  # LoRA or QLoRA by now, unless it was asked for full and a rung failed
-        yield from _halvings(current, "lora_r", LORA_R_FLOOR)
-    yield from _halvings(current, "seq_len", SEQ_LEN_FLOOR)
+    if now().method != "full":  # LoRA or QLoRA by now, unless it was asked for full and a rung failed
+        yield from _halvings(now, "lora_r", LORA_R_FLOOR)
+    yield from _halvings(now, "seq_len", SEQ_LEN_FLOOR)
 
 
-def _halvings(current: dict, name: str, floor: int):
+def _halvings(now, name: str, floor: int):
     """Halve one setting while it is above `floor` and each halving lowers the estimate; the per-device
     batch with more accumulation steps, so that the effective batch stays the same."""
-    while current.get(name, 16) > floor:  # 16: estimate_training_memory's LoRA rank
-        before = current.get(name, 16)
+    while getattr(now(), name) > floor:
+        before = getattr(now(), name)
         if name == "per_device_batch":  # the largest divisor of the batch up to its half: batch x steps stays
             smaller = next(d for d in range(before // 2, 0, -1) if before % d == 0)
-            steps = current.get("grad_accum_steps", 1) * (before // smaller)
+            steps = now().grad_accum_steps * (before // smaller)
             change = dict(per_device_batch=smaller, grad_accum_steps=steps)
             yield _Rung(LADDER[5], f"per-device batch {smaller} x {steps} accumulation steps", _SLOWER, change)
         elif name == "lora_r":
@@ -211,7 +213,7 @@ def _halvings(current: dict, name: str, floor: int):
             smaller = max(floor, before // 2)
             why = f"seq_len {smaller}: fewer tokens a sequence, activations and logits shrink with them"
             yield _Rung(LADDER[11], why, "longer examples cut: less context learned", dict(seq_len=smaller))
-        if current.get(name, 16) == before:  # left out: a smaller one would save less still
+        if getattr(now(), name) == before:  # left out: a smaller one would save less still
             return
 
 

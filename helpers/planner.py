@@ -12,24 +12,29 @@ prints all of it for its starting values, so the cell teaches anywhere.
 from __future__ import annotations
 
 import io
+from dataclasses import fields as dataclass_fields
 
-from helpers._util import GIB, ipython_shell
+from helpers._util import GIB, headless, ipython_shell
 from helpers.catalog import describe_card, gpu_bytes, load_catalog, model_notes
-from helpers.estimate import LOOPS, PRECISIONS, SAFETY_MARGIN, shape_of
+from helpers.estimate import SAFETY_MARGIN, shape_of
+from helpers.job import TrainingJob
 from helpers.plan import OPTIMIZER_LABELS, assumed_stack, format_plan, plan
 
 __all__ = ["CARD_PRECISION", "CONTROLS", "SEGMENTS", "START", "planner", "planner_figure", "planner_text"]
 
-# the controls and their choices; the slider steps are the sizes people actually pick
-CONTROLS = {
-    "method": ("full", "lora", "qlora"),
-    "precision": PRECISIONS,
-    "per_device_batch": (1, 2, 4, 8, 16, 32, 64),
-    "seq_len": (128, 256, 512, 1024, 2048, 4096, 8192),
-    "lora_r": (4, 8, 16, 32, 64, 128),
-    "optimizer": ("adamw", "adamw_foreach", "paged_adamw_8bit", "adamw_8bit", "adafactor", "sgd"),
-    "loop": LOOPS,
-}
+# the fields of helpers.job.TrainingJob the planner has a control for, in order; each control's label,
+# choices and slider stops come from the field (the rest of a job keep START's or the call's values)
+CONTROLS = (
+    "method",
+    "precision",
+    "per_device_batch",
+    "seq_len",
+    "lora_r",
+    "optimizer",
+    "checkpointing",
+    "fused_loss",
+    "loop",
+)
 # where the planner starts unless the call says otherwise
 START = dict(
     method="qlora",
@@ -148,7 +153,7 @@ def planner(model="Qwen2.5-1.5B", gpu="T4", **settings) -> None:
     """
     start = {**START, **settings}
     print(planner_text(model, gpu, **start))
-    if ipython_shell() is None:
+    if ipython_shell() is None or headless():  # the text above is all a script or a headless run can show
         return
     try:
         import ipywidgets as widgets
@@ -162,33 +167,37 @@ def _controls(widgets, model, gpu, start: dict) -> dict:
     catalog = load_catalog("models")
     names = sorted({*catalog, *(v for e in catalog.values() for v in e.get("variants", {}))}, key=str.lower)
     cards = list(load_catalog("gpus"))
-    slider = widgets.SelectionSlider
+    if gpu not in cards and isinstance(gpu, str):  # a card spelled otherwise ("t4") is shown as the catalog's name
+        gpu = next((c for c in cards if c.lower() == gpu.strip().lower()), gpu)
+    fields = {f.name: f for f in dataclass_fields(TrainingJob)}
     return {
         # continuous_update=False: a name typed in is read once, on Enter, not at every keystroke
         "model": widgets.Combobox(
             value=model, options=names, description="model", ensure_option=False, continuous_update=False
         ),
         "gpu": widgets.Dropdown(options=cards, value=gpu if gpu in cards else cards[0], description="card"),
-        "method": widgets.ToggleButtons(options=CONTROLS["method"], value=start["method"], description="method"),
-        "precision": widgets.Dropdown(
-            options=(CARD_PRECISION, *CONTROLS["precision"]),
-            value=start.get("precision", CARD_PRECISION),
-            description="precision",
-        ),
-        "per_device_batch": slider(
-            options=CONTROLS["per_device_batch"], value=start["per_device_batch"], description="per-device batch"
-        ),
-        "seq_len": slider(options=CONTROLS["seq_len"], value=start["seq_len"], description="seq_len"),
-        "lora_r": slider(options=CONTROLS["lora_r"], value=start["lora_r"], description="LoRA rank"),
-        "optimizer": widgets.Dropdown(
-            options=[(f"{OPTIMIZER_LABELS[o]} ({o})", o) for o in CONTROLS["optimizer"]],
-            value=start["optimizer"],
-            description="optimizer",
-        ),
-        "checkpointing": widgets.Checkbox(value=start["checkpointing"], description="gradient checkpointing"),
-        "fused_loss": widgets.Checkbox(value=start["fused_loss"], description="fused loss (Liger, Unsloth)"),
-        "loop": widgets.Dropdown(options=CONTROLS["loop"], value=start["loop"], description="loop"),
+        **{name: _control(widgets, fields[name], start.get(name)) for name in CONTROLS},
     }
+
+
+def _control(widgets, f, value):
+    """One TrainingJob field's control: a checkbox, a slider over its stops, or a choice of its values."""
+    meta, label = f.metadata, f.metadata.get("label", f.name)
+    if isinstance(f.default, bool):
+        return widgets.Checkbox(value=value, description=label)
+    if "stops" in meta:  # a value between the stops (seq_len=600) becomes a stop, not a TraitError
+        return widgets.SelectionSlider(options=sorted({*meta["stops"], value}), value=value, description=label)
+    if f.name == "method":
+        return widgets.ToggleButtons(options=meta["choices"], value=value, description=label)
+    if f.name == "precision":
+        return widgets.Dropdown(
+            options=(CARD_PRECISION, *meta["choices"]), value=value or CARD_PRECISION, description=label
+        )
+    shown = list(meta.get("shown", meta["choices"]))
+    if value not in shown:
+        shown.append(value)
+    options = [(f"{OPTIMIZER_LABELS[o]} ({o})", o) for o in shown] if f.name == "optimizer" else shown
+    return widgets.Dropdown(options=options, value=value, description=label)
 
 
 def _widgets(widgets, model, gpu, start: dict):

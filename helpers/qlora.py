@@ -1,4 +1,4 @@
-"""QLoRA in one call: a causal LM frozen in 4-bit NF4 with a LoRA adapter on top, and what it holds in memory.
+"""QLoRA in one call: a causal LM frozen in 4-bit NF4 with a LoRA adapter on top, ready for the Trainer.
 
 Taught in notebook 05 (QLoRA) and used by notebook 08 (capstone):
 
@@ -8,27 +8,30 @@ Taught in notebook 05 (QLoRA) and used by notebook 08 (capstone):
   adapter on it, ready for the Trainer;
 - `save_quantized(model_id, out)` quantizes a model to 4-bit NF4 once and saves that copy (a 7B:
   about 5.5 GB instead of 15.2 GB in bf16), for `load_qlora(out)` to load as saved;
-- `measure_footprint(model)` measures what the 4-bit model and its adapters hold, tensor by
-  tensor, as a `Footprint`;
 - `disable_cpu_repacking(model)` is the CPU workaround `load_qlora` applies, for a 4-bit model
-  loaded another way.
+  loaded another way;
+- `add_adapter(model, ...)` is `load_qlora`'s last step alone: peft's k-bit preparation and a LoRA
+  adapter on a 4-bit model.
+
+What the loaded model holds is measured by `helpers.footprint.measure_footprint` (`load_qlora`
+prints it); whether a checkpoint is saved pre-quantized is read from its config.json by
+`helpers._prequantized`.
 
 Importing this module is cheap: torch, bitsandbytes, peft and transformers load when a function needs them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
+from helpers._prequantized import saved_4bit
 from helpers._util import MIB, quiet_libraries
+from helpers.footprint import measure_footprint
 from helpers.models import EMBEDDED_ID, card_dtype, choose_source, load_pretrained
 
-__all__ = ["Footprint", "add_adapter", "disable_cpu_repacking", "load_qlora", "measure_footprint", "save_quantized"]
+__all__ = ["add_adapter", "disable_cpu_repacking", "load_qlora", "save_quantized"]
 
 
 def load_qlora(
@@ -131,7 +134,7 @@ def _load_4bit(source, *, has_gpu: bool, revision: str | None, offline: bool):
     from transformers import BitsAndBytesConfig
 
     compute_dtype = card_dtype()
-    saved = _saved_4bit(source, revision=revision, offline=offline)  # raises for 8-bit, GPTQ, AWQ ...
+    saved = saved_4bit(source, revision=revision, offline=offline)  # raises for 8-bit, GPTQ, AWQ ...
     quantization = {}  # a pre-quantized checkpoint: its own config wins, and transformers warns at any other
     if not saved:
         quantization["quantization_config"] = BitsAndBytesConfig(
@@ -157,51 +160,6 @@ def _load_4bit(source, *, has_gpu: bool, revision: str | None, offline: bool):
         )
     _compute_in(model, compute_dtype)
     return model, tokenizer
-
-
-def _saved_4bit(source, *, revision: str | None, offline: bool) -> str:
-    """The bitsandbytes 4-bit format `source` is saved in ("nf4, double quantization"); "" if not pre-quantized.
-
-    Reads config.json alone, before any weights are fetched: an 8-bit, GPTQ or AWQ checkpoint is
-    refused here, not after a 5 GB download.
-    """
-    path = Path(source) / "config.json" if Path(source).is_dir() else _hub_config(str(source), revision, offline)
-    exists = path is not None and Path(path).is_file()  # no config.json: an adapter folder; the load says what to do
-    saved = json.loads(Path(path).read_text(encoding="utf-8")).get("quantization_config") if exists else None
-    if not saved:
-        return ""
-    # configs written before transformers 4.30 name no quant_method
-    method = saved.get("quant_method") or ("bitsandbytes" if {"load_in_4bit", "load_in_8bit"} & set(saved) else None)
-    if method == "bitsandbytes" and saved.get("load_in_4bit"):
-        double = "double quantization" if saved.get("bnb_4bit_use_double_quant") else "no double quantization"
-        return f"{saved.get('bnb_4bit_quant_type', 'fp4')}, {double}"
-    names = {"bitsandbytes": "8-bit bitsandbytes (LLM.int8)", "gptq": "GPTQ", "awq": "AWQ", None: "an unnamed format"}
-    what = names.get(method, method)
-    bits = f", bits={saved['bits']}" if "bits" in saved else ""
-    raise ValueError(
-        f"{str(source)!r} is saved pre-quantized in {what} (its config.json: quant_method={method!r}{bits}); "
-        "load_qlora trains on a bitsandbytes 4-bit base and cannot make one from these weights. Pass the bf16/fp16 "
-        "model it was made from (e.g. 'Qwen/Qwen2.5-7B', quantized to NF4 while loading), or a bitsandbytes 4-bit "
-        "checkpoint (e.g. 'unsloth/Qwen2.5-7B-bnb-4bit', or a folder save_quantized wrote)."
-    )
-
-
-def _hub_config(model_id: str, revision: str | None, offline: bool) -> str | None:
-    """The Hub model's config.json on disk: fetched when online (bounded), else the Hub cache's; None if neither."""
-    from huggingface_hub import get_token, hf_hub_download, try_to_load_from_cache
-
-    from helpers import models  # at call time: the bounds and call_within as the caller set them
-
-    if not offline:  # the first file `_fetch` downloads anyway, bounded as its file list is
-        fetch = dict(revision=revision, endpoint=models.hub_endpoint(), token=get_token())
-        # no answer, no such model: the cache's copy, or none; the load's own fetch then falls back or says why
-        with contextlib.suppress(Exception):
-            return models.call_within(models.HUB_METADATA_TIMEOUT_S, hf_hub_download, model_id, "config.json", **fetch)
-    try:
-        path = try_to_load_from_cache(model_id, "config.json", revision=revision)
-    except ValueError:  # not a valid repo id: the load names it
-        return None
-    return path if isinstance(path, str) else None
 
 
 def _compute_in(model, dtype) -> None:
@@ -303,97 +261,3 @@ def disable_cpu_repacking(model) -> int:
     for layer in layers:
         layer.support_avx512bf16_for_cpu = False
     return len(layers)
-
-
-@dataclass(frozen=True)
-class Footprint:
-    """What a 4-bit model with adapters holds in memory, measured tensor by tensor (bytes)."""
-
-    quantized_bytes: int  # 4-bit weights and their quantization states (scales, codebooks)
-    other_bytes: int  # the rest of the frozen base: embeddings, norms, output head, buffers
-    adapter_bytes: int  # the trainable LoRA matrices
-    quantized_params: int  # how many weights were quantized (their original count)
-    other_params: int  # frozen parameters kept in full precision (tied ones once)
-    trainable_params: int  # the adapters'
-
-    @property
-    def total_bytes(self) -> int:
-        return self.quantized_bytes + self.other_bytes + self.adapter_bytes
-
-    @property
-    def bits_per_quantized_weight(self) -> float:
-        """4 bits of NF4 code plus the scales' share (about 4.13 on a large model with double quantization)."""
-        return 8 * self.quantized_bytes / max(self.quantized_params, 1)
-
-    @property
-    def fp32_bytes(self) -> int:
-        """The same base model, without adapters, in fp32: what the 4-bit footprint is compared to."""
-        return 4 * (self.quantized_params + self.other_params)
-
-    def __str__(self) -> str:
-        total_params = self.quantized_params + self.other_params + self.trainable_params
-        return "\n".join(
-            [
-                f"4-bit weights   : {self.quantized_bytes / MIB:8.2f} MiB  {self.quantized_params:,} weights in NF4, "
-                f"{self.bits_per_quantized_weight:.2f} bits each with their scales",
-                f"rest of the base: {self.other_bytes / MIB:8.2f} MiB  embeddings, norms, output head (not quantized)",
-                f"LoRA adapters   : {self.adapter_bytes / MIB:8.2f} MiB  {self.trainable_params:,} trainable "
-                f"parameters ({100 * self.trainable_params / max(total_params, 1):.2f}% of {total_params:,})",
-                f"total           : {self.total_bytes / MIB:8.2f} MiB  vs {self.fp32_bytes / MIB:.2f} MiB for the base "
-                f"model in fp32 ({self.fp32_bytes / max(self.total_bytes, 1):.1f}x smaller)",
-            ]
-        )
-
-
-def measure_footprint(model) -> Footprint:
-    """Measure a 4-bit model's memory: the quantized weights (with their quantization states) and the rest.
-
-    Counts every tensor's storage once (tied embeddings, shared codebooks), on whatever device
-    the model is, so the figure is exact on CPU and GPU alike. Taught in notebook 05.
-
-    Returns:
-        a `Footprint`; print it for a table, or read its fields (bytes) to `record` them.
-
-    Example:
-        >>> fp = measure_footprint(model)  # doctest: +SKIP
-        >>> record("qlora_total_mib", fp.total_bytes / 2**20)  # doctest: +SKIP
-    """
-    import bitsandbytes as bnb
-
-    seen: set[tuple[str, int]] = set()
-
-    def nbytes(tensor) -> int:  # each storage once, whatever views point at it
-        storage = tensor.untyped_storage()
-        key = (str(tensor.device), storage.data_ptr())
-        if key in seen:
-            return 0
-        seen.add(key)
-        return storage.nbytes()
-
-    quantized_bytes = quantized_params = 0
-    for module in model.modules():
-        if isinstance(module, bnb.nn.Linear4bit):
-            state = module.weight.quant_state
-            quantized_bytes += nbytes(module.weight) + sum(nbytes(t) for t in _state_tensors(state))
-            quantized_params += int(state.shape[0]) * int(state.shape[1])  # (out, in) before packing
-    adapter_bytes = other_bytes = other_params = trainable_params = 0
-    for name, param in model.named_parameters():  # tied parameters come once
-        if isinstance(param, bnb.nn.Params4bit):
-            continue
-        if "lora_" in name:  # by name: a 4-bit model without an adapter may have trainable norms
-            trainable_params += param.numel()
-            adapter_bytes += nbytes(param)
-        else:
-            other_params += param.numel()
-            other_bytes += nbytes(param)
-    other_bytes += sum(nbytes(b) for b in model.buffers())  # rotary tables and the like
-    return Footprint(quantized_bytes, other_bytes, adapter_bytes, quantized_params, other_params, trainable_params)
-
-
-def _state_tensors(state):
-    """The tensors of a bitsandbytes QuantState, nested state (double quantization) included."""
-    for name in ("absmax", "code", "offset"):
-        if getattr(state, name, None) is not None:
-            yield getattr(state, name)
-    if getattr(state, "state2", None) is not None:
-        yield from _state_tensors(state.state2)

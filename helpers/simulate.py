@@ -13,22 +13,29 @@ from __future__ import annotations
 
 import os
 
-from helpers._util import GIB, MIB
+from helpers._util import GIB
+from helpers.catalog import card_capability, find, gpu_bytes
 
-__all__ = ["CARDS", "VARIABLE", "banner", "simulated_card", "simulated_devices"]
+__all__ = ["CARDS", "VARIABLE", "banner", "find_card", "simulated_card", "simulated_devices"]
 
 VARIABLE = "HELPERS_SIMULATE"
 SUFFIX = " (simulated)"
 
-# name -> (device name, total memory in bytes as torch.cuda.get_device_properties reports it,
-# compute capability, devices). PyTorch sees less than nvidia-smi: a T4 is 15,360 MiB there but
-# 15,102 MiB (14.75 GiB) to PyTorch on Colab; an A100-SXM4-40GB is 40,960 MiB there, 40,536 MiB
-# (39.59 GiB) to PyTorch (both as printed by get_device_properties in published runs).
+# name -> (the catalog's card, devices). The card is the catalog's (helpers/assets/catalog/gpus.json),
+# written there once: its name as the driver reports it ("Tesla T4"), its compute capability, and its
+# memory as torch.cuda.get_device_properties printed it in published runs (memory_source "pytorch").
+# PyTorch sees less than nvidia-smi: 14.75 GiB of a T4's 15,360 MiB on Colab, 39.59 GiB of an
+# A100-SXM4-40GB's 40,960 MiB.
 CARDS = {
-    "T4": ("Tesla T4", 15_102 * MIB, (7, 5), 1),  # Colab's free tier
-    "T4x2": ("Tesla T4", 15_102 * MIB, (7, 5), 2),  # Kaggle's "GPU T4 x2"
-    "A100": ("NVIDIA A100-SXM4-40GB", 40_536 * MIB, (8, 0), 1),  # Colab's paid tiers, rented by the hour
+    "T4": ("T4", 1),  # Colab's free tier
+    "T4x2": ("T4", 2),  # Kaggle's "GPU T4 x2"
+    "A100": ("A100-40GB", 1),  # Colab's paid tiers, rented by the hour
 }
+
+
+def find_card(asked: str) -> str | None:
+    """The simulated card `asked` names, spelled as the kit spells it ("t4x2" is "T4x2"); None if none."""
+    return {name.lower(): name for name in CARDS}.get(asked.strip().lower())
 
 
 def simulated_card() -> str | None:
@@ -36,10 +43,16 @@ def simulated_card() -> str | None:
     asked = os.environ.get(VARIABLE, "").strip()
     if not asked:
         return None
-    match = {name.lower(): name for name in CARDS}.get(asked.lower())
+    match = find_card(asked)
     if match is None:
         raise ValueError(f"{VARIABLE}={asked!r} is not a card the kit simulates: use one of {', '.join(CARDS)}")
     return match
+
+
+def _card(simulated: str) -> tuple[str, int, tuple[int, int], int]:
+    """(device name, total bytes as PyTorch reports them, compute capability, devices) from the catalog."""
+    entry, count = CARDS[simulated]
+    return find("gpus", entry)[1]["device_name"], gpu_bytes(entry), card_capability(entry), count
 
 
 def simulated_devices(*, through_nvml: bool = False) -> list[tuple[str, int, tuple[int, int]]]:
@@ -51,7 +64,7 @@ def simulated_devices(*, through_nvml: bool = False) -> list[tuple[str, int, tup
     card = simulated_card()
     if card is None:
         return []
-    name, total, capability, count = CARDS[card]
+    name, total, capability, count = _card(card)
     visible = list(range(count))
     mask = os.environ.get("CUDA_VISIBLE_DEVICES")
     if mask is not None and not through_nvml:
@@ -65,7 +78,7 @@ def banner() -> str | None:
     card = simulated_card()
     if card is None:
         return None
-    name, total, capability, count = CARDS[card]
+    name, total, capability, count = _card(card)
     cards = f"{count} x {name}" if count > 1 else name
     return (
         f"SIMULATED {card} ({cards}, {total / GIB:.2f} GiB as PyTorch reports it, compute capability "

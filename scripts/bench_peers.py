@@ -2,7 +2,7 @@
 
 Peers (pure Python, installed in the benchmark's own venv, never a dependency of the kit):
 - fitcheck-llm 0.3.1 (github.com/Anassbzdd/fitcheck): calibrated on its own Tesla T4 runs, the
-  fitcheck rows of scripts/published_loops.py; it separates allocated from reserved memory.
+  rows of scripts/bench/cases/fitcheck-T4.toml; it separates allocated from reserved memory.
 - vramcalc 0.1.2 (pypi.org/project/vramcalc): calibrated on its own RTX A6000 runs, the vramcalc
   rows; allocated memory only, no 4-bit models.
 

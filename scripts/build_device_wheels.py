@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import base64
 import hashlib
-import re
 import shutil
 import subprocess
 import sys
@@ -37,6 +36,10 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing it
+
+from helpers._requirements import canonical_name, read_pins  # noqa: E402
+
 WHEELS_LIST = ROOT / "scripts" / "device-wheels.txt"
 IMAGE = ROOT / "scripts" / "device-image.txt"
 OUT = ROOT / "build" / "device-wheels"
@@ -48,32 +51,6 @@ PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in range(39, 4, -1)] + ["manylinux2
 # bitsandbytes loads the library built for torch's CUDA version (torch.version.cuda "13.0" -> cuda130)
 BNB_KEEP = ("libbitsandbytes_cpu.so", "libbitsandbytes_cuda130.so")
 DISTRIBUTION = "compute-realities-kit"
-PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*)==([^\s#]+)\s*(?:#\s*(.*))?$")
-
-
-def canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def read_pins(path: Path, *, reasons: bool = False) -> dict[str, tuple[str, str]]:
-    """{canonical name: (version, reason)} of every `name==version  # reason` line; ValueError names a bad line."""
-    found: dict[str, tuple[str, str]] = {}
-    for number, raw in enumerate(path.read_text().splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        match = PIN.match(line)
-        if not match:
-            if reasons:
-                raise ValueError(f"{path.name}:{number}: {line!r} is not `name==version  # reason`")
-            continue  # the image file's unpinned names: there, version not read
-        name, version, reason = canonical(match[1]), match[2], (match[3] or "").strip()
-        if reasons and not reason:
-            raise ValueError(f"{path.name}:{number}: {match[1]}=={version} needs its reason after a #")
-        if name in found:
-            raise ValueError(f"{path.name}:{number}: {match[1]} is listed twice: keep one version")
-        found[name] = (version, reason)
-    return found
 
 
 def missing_pins(requirements: Path, image: Path, wheels: Path) -> list[str]:
@@ -152,7 +129,7 @@ def kit_metadata_wheel(dest: Path) -> Path:
 
 def wheel_name(path: Path) -> str:
     """The canonical distribution name of a wheel file (`Foo_Bar-1.0-py3-none-any.whl` -> `foo-bar`)."""
-    return canonical(path.name.split("-")[0])
+    return canonical_name(path.name.split("-")[0])
 
 
 def check_set(wheels: list[Path], tree_bytes: int, limit: int = CARRY_LIMIT) -> int:

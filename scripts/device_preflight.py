@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata as metadata
-import re
 import sys
 from pathlib import Path
 
@@ -31,8 +30,10 @@ IMPORTED = ("papermill", "ipykernel", "nbclient", "wandb")
 
 
 def pins() -> dict[str, str]:
-    text = (ROOT / "requirements.txt").read_text()
-    return {m[1].lower(): m[2] for m in re.finditer(r"^([A-Za-z0-9_.-]+)==(\S+)", text, re.M)}
+    """{name: version} of requirements.txt's pins, read as the kit reads them (the checkout is on PYTHONPATH)."""
+    from helpers._requirements import read_pins
+
+    return {name: version for name, (version, _) in read_pins(ROOT / "requirements.txt").items()}
 
 
 def check_libraries() -> list[str]:

@@ -50,6 +50,7 @@ from urllib.parse import unquote, urlparse
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing it
 
+from helpers._requirements import canonical_name  # noqa: E402
 from helpers.maintainer.notebooks import BRANCH, DISTRIBUTION, INSTALL_CELL, REPOSITORY  # noqa: E402
 
 # Packages the cell must never install: torch and what is built against one torch version, and
@@ -78,10 +79,6 @@ if set(spec["urls"]) - seen:
 """
 
 
-def canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def make_venv(folder: Path) -> Path:
     """An empty venv (no pip: the harness runs this environment's pip with --python)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
@@ -102,7 +99,7 @@ def requirement_closure(name: str) -> list[metadata.Distribution]:
     todo = [(name, "")]
     while todo:
         key, extra = todo.pop()
-        key = canonical(key)
+        key = canonical_name(key)
         if (key, extra) in done:
             continue
         done.add((key, extra))
@@ -165,7 +162,7 @@ def installed(python: Path) -> dict[str, str]:
     """{canonical name: version} of every distribution the venv's Python sees."""
     code = "import importlib.metadata as m, json; print(json.dumps({d.name: d.version for d in m.distributions()}))"
     out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True).stdout
-    return {canonical(name): version for name, version in json.loads(out).items()}
+    return {canonical_name(name): version for name, version in json.loads(out).items()}
 
 
 def install_torch(python: Path, spec: str) -> str:
@@ -271,7 +268,7 @@ def measure(
     packages = []
     for item in report["install"]:
         name, version = item["metadata"]["name"], item["metadata"]["version"]
-        if canonical(name) == canonical(DISTRIBUTION):
+        if canonical_name(name) == canonical_name(DISTRIBUTION):
             continue  # the kit itself: a clone of the repository on Colab, this folder here
         packages.append({"name": name, "version": version, "url": item["download_info"]["url"]})
     with ThreadPoolExecutor(8) as pool:
@@ -279,14 +276,14 @@ def measure(
             p["bytes"] = size
     packages.sort(key=lambda p: -(p["bytes"] or 0))
     replaces = [
-        f"{p['name']} {present[canonical(p['name'])]} -> {p['version']}"
+        f"{p['name']} {present[canonical_name(p['name'])]} -> {p['version']}"
         for p in packages
-        if canonical(p["name"]) in present
+        if canonical_name(p["name"]) in present
     ]
     forbidden = [
         f"{p['name']} {p['version']}"
         for p in packages
-        if TORCH_BOUND.match(canonical(p["name"])) or CUDA_WHEEL.match(canonical(p["name"]))
+        if TORCH_BOUND.match(canonical_name(p["name"])) or CUDA_WHEEL.match(canonical_name(p["name"]))
     ]
     return {
         "python": platform.python_version(),

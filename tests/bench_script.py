@@ -1,18 +1,26 @@
-"""scripts/bench_estimator.py as a module, for the tests that hold its figures (it is a script, not a package)."""
+"""The benchmark scripts as modules, for the tests that hold their figures (scripts/ is not a package)."""
 
 import functools
-import importlib.util
+import importlib
 import sys
 from pathlib import Path
 
-PATH = Path(__file__).resolve().parent.parent / "scripts" / "bench_estimator.py"
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 
 
 @functools.cache
+def script(name: str):
+    """scripts/<name>.py, imported once per session, beside the scripts it imports (bench_cases, bench_cpu)."""
+    if str(SCRIPTS) not in sys.path:
+        sys.path.insert(0, str(SCRIPTS))
+    return importlib.import_module(name)
+
+
 def bench_estimator():
-    """The benchmark script, imported once per session."""
-    spec = importlib.util.spec_from_file_location("bench_estimator", PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    """scripts/bench_estimator.py: the published cases, estimated and scored."""
+    return script("bench_estimator")
+
+
+def bench_cpu():
+    """scripts/bench_cpu.py: the CPU grid against saved-tensor bytes and the allocator check."""
+    return script("bench_cpu")

@@ -1,15 +1,17 @@
 """Headless runs of every notebook, each executed once and shared by every test that reads it.
 
-Executing the notebooks is the slow part of the suite. `python -m helpers run --smoke` runs them all
-on this CPU (`notebook_run`), then under a simulated T4 and a simulated Kaggle T4 x2
-(`simulated_runs`, `helpers.simulate`; each takes the notebooks listed in `ONLY`). The runs
-start one after another in a background thread as soon as collection finds a test that needs them,
-so they use one core while the unit tests use the other; each fixture waits for its own run. Tests
-that read a run are marked `notebooks` (`make test-fast` deselects them). The same core then runs
-the committed notebooks as they are through nbval (`committed_notebooks`), so each lane takes about
-as long as the other; the embedded model's rebuild (`rebuilt_tiny_model`, for tests/test_models.py
-to compare with the shipped one) runs in the foreground. The suite's last line says what each
-background run took.
+Executing the notebooks is the slow part of the suite, so each runs once per configuration that
+really differs: `python -m helpers run --smoke` runs them all on this CPU (`notebook_run`), then
+under a simulated T4 and a simulated Kaggle T4 x2 (`simulated_runs`, `helpers.simulate`; each
+takes the notebooks listed in `ONLY`). On a CPU the committed defaults fall back to the same
+embedded model as the smoke run and differ only in step counts: nbval runs them as committed in the
+runtime matrix (noxfile.py), on Colab's and Kaggle's Pythons. The runs start one after another in a
+background thread as soon as collection finds a test that needs them, so they use one core while
+the unit tests use the other; each fixture waits for its own run. Tests that read a run are marked
+`notebooks` (`make test-fast` deselects them). The embedded model's rebuild (`rebuilt_tiny_model`,
+for tests/test_models.py to compare with the shipped one) runs last in the same lane, so the two
+lanes take about as long as each other; tests that read it are marked `slow`. The suite's last line
+says what each background run took.
 
 Every run is given a planted wandb key and Hub token (fakes, named as such) and a wandb server that
 refuses connections, so notebook 06 takes the "key found, server unreachable" path and a test can
@@ -44,12 +46,10 @@ SIMULATED = ("T4", "T4x2")
 # under T4 x2, where the single-GPU pin must leave them one T4, as a Colab T4 has; the rest under T4;
 # 07, whose launch follows the card count, under both
 ONLY = {"T4": ("01", "03", "04", "05", "07"), "T4x2": ("00", "02", "06", "07", "08")}
-# fixture -> the runs it reads ("cpu": the real machine; a card name: that card simulated); last, on
-# the same core, the committed notebooks as they are, through nbval ("nbval": default parameters, as
-# a student's Run all). The embedded model's rebuild (`rebuilt_tiny_model`, under a minute) runs in
-# the foreground instead: the two lanes then take about as long as each other.
-FIXTURES = {"notebook_run": ("cpu",), "simulated_runs": SIMULATED, "committed_notebooks": ("nbval",)}
-NOTEBOOK_FIXTURES = ("notebook_run", "simulated_runs", "committed_notebooks")
+# fixture -> the runs it reads ("cpu": the real machine; a card name: that card simulated;
+# "tiny-model": scripts/build_tiny_model.py's rebuild of the embedded model, under a minute)
+FIXTURES = {"notebook_run": ("cpu",), "simulated_runs": SIMULATED, "rebuilt_tiny_model": ("tiny-model",)}
+NOTEBOOK_FIXTURES = ("notebook_run", "simulated_runs")
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -120,10 +120,6 @@ def _execute(name: str, session: dict[str, str]) -> NotebookRun:
     if name == "tiny-model":
         build = [sys.executable, str(REPO / "scripts" / "build_tiny_model.py"), "--out", str(out)]
         command, only = [*build, "--losses", str(out / "losses.json")], ()
-    if name == "nbval":  # this session's environment (the Hub and wandb offline), one thread, no planted keys
-        command, only = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO / "notebooks")], ()
-        # without WANDB_SERVICE: the socket of a wandb service this pytest process may start, gone when it stops
-        environment = {k: v for k, v in session.items() if k != "WANDB_SERVICE"} | {"OMP_NUM_THREADS": "1"}
     start = time.perf_counter()
     with (out / "stdout.txt").open("w+") as stdout, (out / "stderr.txt").open("w+") as stderr:
         process = subprocess.Popen(command, stdout=stdout, stderr=stderr, env=environment, cwd=REPO)
@@ -168,12 +164,16 @@ def pytest_collection_finish(session):
 
 
 def pytest_collection_modifyitems(items):
-    """Mark the tests that read a notebook run, and move every test that waits for a run to the end:
-    by then their runs are done."""
+    """Mark the tests that read a notebook run (`notebooks`) and those that use a costly fixture (`slow`),
+    and move every test that waits for a run to the end: by then their runs are done."""
     reading = [item for item in items if set(getattr(item, "fixturenames", ())) & set(FIXTURES)]
     for item in reading:
         if set(item.fixturenames) & set(NOTEBOOK_FIXTURES):
             item.add_marker(pytest.mark.notebooks)
+    for item in items:  # a test module names its costly fixtures (SLOW_FIXTURES): every test that uses one is slow
+        slow = {"rebuilt_tiny_model", *getattr(getattr(item, "module", None), "SLOW_FIXTURES", ())}
+        if set(getattr(item, "fixturenames", ())) & slow:
+            item.add_marker(pytest.mark.slow)
     items[:] = [item for item in items if item not in reading] + reading
 
 
@@ -218,14 +218,8 @@ def ran(figures, notebook_run) -> tuple[dict[str, dict], Path]:
 
 @pytest.fixture(scope="session")
 def rebuilt_tiny_model() -> NotebookRun:
-    """scripts/build_tiny_model.py's rebuild of the embedded model, in `out` (run here, in the foreground)."""
-    return _execute("tiny-model", dict(os.environ))
-
-
-@pytest.fixture(scope="session")
-def committed_notebooks() -> NotebookRun:
-    """nbval's run of every committed notebook as it is (pytest notebooks/, with --nbval-lax from pyproject.toml)."""
-    return _wait("nbval")
+    """scripts/build_tiny_model.py's rebuild of the embedded model, in `out` (in the background lane)."""
+    return _wait("tiny-model")
 
 
 @pytest.fixture(scope="session")

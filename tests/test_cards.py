@@ -20,6 +20,7 @@ import torch
 from notebook_results import simulated_figures
 
 from helpers import env, models, simulate
+from helpers._requirements import read_pins
 from helpers._util import GIB, MIB
 from helpers.catalog import gpu_bytes, load_catalog
 from helpers.maintainer.notebooks import NOTEBOOKS_DIR, REPO_ROOT
@@ -51,6 +52,21 @@ def test_a_simulated_t4_reports_what_pytorch_reports_on_colab(card):
     assert env.choose_precision(env.detect_gpus()).name == "fp16"
     machine = env.describe()
     assert machine.simulated and "SIMULATED T4" in machine.summary() and "measured on the CPU" in machine.summary()
+
+
+def test_a_simulated_card_is_the_catalogs_card_as_pytorch_reports_it(card):
+    card("A100")
+    (gpu,) = env.detect_gpus()
+    assert (gpu.name, gpu.total_bytes, gpu.capability) == ("NVIDIA A100-SXM4-40GB (simulated)", 40_536 * MIB, (8, 0))
+    assert env.choose_precision(env.detect_gpus()).name == "bf16"
+    gpus = load_catalog("gpus")
+    for name, (entry, count) in simulate.CARDS.items():
+        assert gpus[entry]["memory_source"] == "pytorch", f"{name}: simulate what PyTorch reports, not nvidia-smi"
+        card(name)
+        assert env.detect_gpus() == tuple(
+            env.Gpu(i, gpus[entry]["device_name"] + " (simulated)", gpu_bytes(entry), tuple(gpus[entry]["capability"]))
+            for i in range(count)
+        )
 
 
 def test_an_unknown_card_names_the_ones_there_are(card):
@@ -177,7 +193,7 @@ def test_the_python_floor_is_what_the_pinned_libraries_need():
     from packaging.specifiers import SpecifierSet
 
     floor = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
-    pins = re.findall(r"^([A-Za-z0-9_.-]+)==", (REPO_ROOT / "requirements.txt").read_text(), re.M)
+    pins = list(read_pins(REPO_ROOT / "requirements.txt"))
     needs = {p: metadata.metadata(p).get("Requires-Python") or "" for p in pins}
     for version in ("3.10", "3.11", "3.12", "3.13"):
         ours = version in SpecifierSet(floor)

@@ -18,7 +18,7 @@ def test_plan_answers_a_7b_qlora_question_for_a_t4():
 
 
 def test_plan_without_a_method_walks_to_qlora():
-    done = helpers_cli("plan", "--model", "Mistral-7B", "--seq-len", "512", "--batch-size", "4")
+    done = helpers_cli("plan", "--model", "Mistral-7B", "--seq-len", "512", "--per-device-batch", "4")
     assert done.returncode == 0, done.stderr
     assert "fits T4 (14.75 GiB as PyTorch reports it; nvidia-smi shows 15,360 MiB): no" in done.stdout
     last = done.stdout.strip().splitlines()[-1]
@@ -87,7 +87,7 @@ def test_plan_still_takes_a_card_name_or_sane_gib():
 
 
 def test_plan_for_a_hand_written_loop_counts_what_it_keeps():
-    args = ("plan", "--model", "Qwen2.5-0.5B", "--gpu", "T4", "--batch-size", "4", "--seq-len", "1024", "--lora")
+    args = ("plan", "--model", "Qwen2.5-0.5B", "--gpu", "T4", "--per-device-batch", "4", "--seq-len", "1024", "--lora")
     trainer, custom = helpers_cli(*args), helpers_cli(*args, "--loop", "custom")
     assert trainer.returncode == custom.returncode == 0, custom.stderr
     assert "loop trainer" in trainer.stdout and "held by the loop" not in trainer.stdout
@@ -96,7 +96,7 @@ def test_plan_for_a_hand_written_loop_counts_what_it_keeps():
     assert float(held.split()[-2]) > 1.0  # GiB: 4 x 1024 logits over 151,936 tokens in fp16, and the cache
     wrong = helpers_cli(*args, "--loop", "mine")
     assert (
-        wrong.returncode == 2 and "invalid choice: 'mine' (choose from 'trainer', 'custom', 'litgpt')" in wrong.stderr
+        wrong.returncode == 2 and "argument --loop: 'mine' is not one of 'trainer', 'custom', 'litgpt'" in wrong.stderr
     )
 
 

@@ -141,6 +141,7 @@ def test_the_device_script_says_what_to_do_without_its_wheels(tmp_path):
     assert done.returncode != 0 and "give the output folder" in done.stderr
 
 
+@pytest.mark.slow
 def test_the_device_script_fails_its_preflight_fast_and_says_why(tmp_path):
     """No CUDA where the script expects a card: exit 2 before anything slow, the reason kept in preflight.txt."""
     wheels = tmp_path / "wheels"

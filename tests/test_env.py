@@ -5,6 +5,7 @@ import types
 
 import pytest
 import torch
+from fake_nvml import FakeCard, FakeNVML
 from transformers import TrainingArguments
 
 from helpers import env
@@ -29,40 +30,6 @@ def fake_torch_cuda(monkeypatch, cards):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: len(cards))
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props[i])
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
-
-
-class FakeNVML(types.ModuleType):
-    """Stands in for pynvml (no driver here), reporting `cards` and counting init/shutdown."""
-
-    class NVMLError(Exception):
-        pass
-
-    def __init__(self, cards, driver=True):
-        super().__init__("pynvml")
-        self.cards, self.driver, self.open = cards, driver, 0
-
-    def nvmlInit(self):
-        if not self.driver:
-            raise self.NVMLError("Driver Not Loaded")
-        self.open += 1
-
-    def nvmlShutdown(self):
-        self.open -= 1
-
-    def nvmlDeviceGetCount(self):
-        return len(self.cards)
-
-    def nvmlDeviceGetHandleByIndex(self, i):
-        return i
-
-    def nvmlDeviceGetName(self, i):
-        return self.cards[i][0].encode()  # older bindings return bytes
-
-    def nvmlDeviceGetMemoryInfo(self, i):
-        return types.SimpleNamespace(total=self.cards[i][1])
-
-    def nvmlDeviceGetCudaComputeCapability(self, i):
-        return self.cards[i][2]
 
 
 @pytest.mark.parametrize("card", sorted(CARDS))
@@ -99,7 +66,7 @@ def test_cpu_gets_fp32_and_says_fp16_does_nothing(monkeypatch):
 
 
 def test_nvml_path_reads_cards_without_touching_cuda(monkeypatch):
-    nvml = FakeNVML([CARDS["T4"], CARDS["T4"]])
+    nvml = FakeNVML([FakeCard(*CARDS["T4"]), FakeCard(*CARDS["T4"])])
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: pytest.fail("torch.cuda touched on the NVML path"))
     machine = env.describe(use_nvml=True)

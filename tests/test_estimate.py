@@ -16,7 +16,7 @@ import sys
 
 import pytest
 import torch
-from bench_script import bench_estimator
+from bench_script import bench_cpu, bench_estimator
 from transformers import (
     AutoModelForCausalLM,
     BertForSequenceClassification,
@@ -29,18 +29,21 @@ from helpers.catalog import load_catalog
 from helpers.estimate import Harness, estimate_training_memory, shape_of
 from helpers.saved_tensors import track_saved_tensors
 
+SLOW_FIXTURES = ("activation_errors",)  # every family measured on the CPU (conftest: slow)
+
 # transformers' own checkpointing code (and peft) still call the old name; not ours to fix
 pytestmark = pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
 
 BENCH = bench_estimator()
+CPU = bench_cpu()
 # the benchmark's tiny configs of each family; GPT-2 and BERT keep their default dropout of 0.1
 # (embeddings, attention, outputs), BERT with a 2-label classification head
 FAMILIES = {
-    family: functools.partial(BENCH.tiny_config, family, dropout=family in ("gpt2", "bert"))
+    family: functools.partial(CPU.tiny_config, family, dropout=family in ("gpt2", "bert"))
     for family in ("llama", "qwen2", "gemma", "gpt2", "bert")
 }
 SIZES = [(1, 16), (2, 64), (4, 128)]  # (batch, seq_len)
-LORA_NAMES = {family: BENCH.QV_NAMES.get(family, ["q_proj", "v_proj"]) for family in FAMILIES}  # peft's ["q", "v"]
+LORA_NAMES = {family: CPU.QV_NAMES.get(family, ["q_proj", "v_proj"]) for family in FAMILIES}  # peft's ["q", "v"]
 
 
 def build(family, impl, dtype=torch.float32):
@@ -90,6 +93,7 @@ def activation_errors():
     return rows
 
 
+@pytest.mark.slow
 def test_activations_within_5_percent_median_and_10_worst(activation_errors):
     errors = [abs(e) for _, e in activation_errors]
     worst = max(activation_errors, key=lambda r: abs(r[1]))
@@ -173,6 +177,7 @@ def lora_errors():
     return rows
 
 
+@pytest.mark.slow
 def test_lora_activations_within_5_percent_everywhere(lora_errors):
     assert len(lora_errors) == 120
     bad = {cfg: f"{e:+.1%}" for cfg, e in lora_errors if abs(e) >= 0.05}
@@ -419,10 +424,15 @@ def test_qlora_7b_fits_a_t4_and_full_fine_tuning_does_not():
         (dict(precision="fp8"), "precision='fp8' is not one of"),
         (dict(method="qlora", weights="bf16"), "method='qlora' stores weights in nf4"),
         (dict(weights="nf4"), "cannot be trained in full"),
-        (dict(batch_size=0), "batch_size must be a positive int"),
-        (dict(batch_size=None, per_device_batch=0), "per_device_batch must be a positive int, got 0"),
+        (dict(batch_size=0), "per_device_batch=0 is out of range: pass a whole number from 1"),
+        (dict(batch_size=None, per_device_batch=0), "per_device_batch=0 is out of range: pass a whole number from 1"),
+        (dict(seq_len=2.5), r"seq_len=2.5 is not a whole number: pass e.g. seq_len=512"),
+        (dict(lora_dropout=float("nan"), method="lora"), r"lora_dropout=nan is out of range: pass a number from 0"),
+        (dict(checkpointing="False"), r"checkpointing='False': pass True or False"),
+        (dict(optimizer="adam"), r"optimizer='adam' is not one of .*did you mean 'adamw'"),
         (dict(per_device_batch=4), r"got per_device_batch=4 and batch_size=1, .*pass only per_device_batch=4"),
         (dict(batch_size=None), r"needs the micro-batch on one device: pass per_device_batch, e.g. per_device_batch=1"),
+        (dict(batch_size=None, per_device_batch="4"), r"per_device_batch='4' is not a whole number"),
         (dict(lora_targets=["q", "attn"], method="lora"), "Unknown LoRA targets"),
     ],
 )
@@ -432,12 +442,17 @@ def test_bad_input_names_the_fix(kwargs, message):
         estimate_training_memory(args.pop("model"), **args)
 
 
+def test_a_misspelled_setting_names_the_nearest_one():
+    with pytest.raises(TypeError, match=r"unknown setting seqlen=512: did you mean seq_len=\?"):
+        estimate_training_memory("Mistral-7B", per_device_batch=1, seqlen=512)
+
+
 def test_per_device_batch_is_the_kits_name_for_batch_size():
     """One figure, two spellings: the kit's vocabulary (per_device_batch) and the older batch_size."""
     args = dict(seq_len=256, method="lora", precision="fp16", checkpointing=True)
     kit = estimate_training_memory("SmolLM2-135M", per_device_batch=4, **args)
     assert kit.as_dict() == estimate_training_memory("SmolLM2-135M", batch_size=4, **args).as_dict()
-    assert kit.settings["batch_size"] == 4, "settings keep their keys: they can be passed back in"
+    assert kit.settings["per_device_batch"] == 4, "settings keep their keys: they can be passed back in"
     assert estimate_training_memory("SmolLM2-135M", **kit.settings).as_dict() == kit.as_dict()
 
 
@@ -556,6 +571,7 @@ def test_a_hub_config_is_fetched_once_a_session_then_read_from_memory_or_the_hub
     assert shape_of(GATED).layers == 2 and len(requests) == len(fetched) + 1
 
 
+@pytest.mark.slow
 def test_a_hub_id_the_hub_does_not_have_or_that_stalls_is_named_in_bounded_time(hub, monkeypatch):
     from helpers import models
 

@@ -3,17 +3,19 @@
 Saved-tensor hooks (tests/test_estimate.py) check the activations; this checks the whole step:
 forward, backward and fused AdamW's step on a tiny random Llama built with the real transformers
 class (full, LoRA, and QLoRA through helpers.qlora's loading path, fp32 and bf16 autocast,
-checkpointing off and on), measured with helpers/_allocator.py. The grid is
-scripts/bench_estimator.py's (`--allocator` prints the same table); `pytest -s` prints it here.
+checkpointing off and on), measured with helpers/_cpu_peak.py. The grid is
+scripts/bench_cpu.py's (`scripts/bench_estimator.py --allocator` prints the same table); `pytest -s` prints it here.
 """
 
 import pytest
 import torch
-from bench_script import bench_estimator
+from bench_script import bench_cpu
 
-from helpers._allocator import track_allocations
+from helpers._cpu_peak import track_allocations
 from helpers._util import MIB
 from helpers.saved_tensors import track_saved_tensors
+
+SLOW_FIXTURES = ("grid",)  # a training step measured per configuration (conftest: slow)
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 # how far the estimate may fall below the measured step peak. Where the estimator models every
@@ -24,20 +26,20 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWa
 TOLERANCE = 0.03
 
 
-BENCH = bench_estimator()
+CPU = bench_cpu()
 SETTINGS = [
     (shape, method, precision, checkpointing, loop)
-    for shape in BENCH.ALLOCATOR_SHAPES
-    for method, precision in BENCH.ALLOCATOR_RUNS
+    for shape in CPU.ALLOCATOR_SHAPES
+    for method, precision in CPU.ALLOCATOR_RUNS
     for checkpointing in (False, True)
-    for loop in BENCH.ALLOCATOR_LOOPS
+    for loop in CPU.ALLOCATOR_LOOPS
 ]
 
 
 @pytest.fixture(scope="module")
 def grid():
-    rows = BENCH.allocator_grid()
-    BENCH.print_allocator(rows)
+    rows = CPU.allocator_grid()
+    CPU.print_allocator(rows)
     return {settings: (measured, predicted) for settings, measured, predicted in rows}
 
 
@@ -115,6 +117,7 @@ def test_a_ctx_attribute_outlives_backward_while_the_loop_holds_the_output():
     SETTINGS,
     ids=lambda s: "-".join([*s[:3], "ckpt" if s[3] else "no-ckpt", s[4]]),
 )
+@pytest.mark.slow
 def test_the_estimate_is_not_below_the_measured_step_peak(grid, settings):
     measured, predicted = grid[settings]
     assert predicted >= (1 - TOLERANCE) * measured, (
@@ -140,6 +143,7 @@ def test_a_loop_that_keeps_its_outputs_holds_more_and_the_estimate_says_at_least
     )
 
 
+@pytest.mark.slow
 def test_the_probe_adds_no_profiler_lines_to_stderr():
     """torch's profiler prints "USDT: ... profiler_start/stop" from C++; a notebook must not show them."""
     import subprocess
@@ -147,7 +151,7 @@ def test_the_probe_adds_no_profiler_lines_to_stderr():
     from pathlib import Path
 
     code = (
-        "import sys, torch\nfrom helpers._allocator import track_allocations\n"
+        "import sys, torch\nfrom helpers._cpu_peak import track_allocations\n"
         "with track_allocations() as a:\n    x = torch.ones(1024)\nprint('peak', a.peak, file=sys.stderr)\n"
     )
     root = Path(__file__).resolve().parents[1]

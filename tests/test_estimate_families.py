@@ -2,7 +2,7 @@
 
 Activations are held to the bytes saved-tensor hooks measure (helpers.saved_tensors) on tiny random
 models built with the real transformers classes (no download), through the CPU grid of
-scripts/bench_estimator.py: Llama, Mistral, Qwen2, Qwen3, Gemma 1/2/3, Phi-3, GPT-NeoX, GPT-2, BERT;
+scripts/bench_cpu.py: Llama, Mistral, Qwen2, Qwen3, Gemma 1/2/3, Phi-3, GPT-NeoX, GPT-2, BERT;
 eager and sdpa, dropout on and off, checkpointing on and off, fp32 / bf16 autocast / pure bf16,
 full / LoRA / QLoRA.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from bench_script import bench_estimator
+from bench_script import bench_cpu, bench_estimator
 
 from helpers.estimate import SAFETY_MARGIN, Harness, estimate_training_memory, shape_of
 from helpers.plan import format_plan, plan
@@ -31,25 +31,32 @@ def bench():
     return bench_estimator()
 
 
+@pytest.fixture(scope="module")
+def cpu():
+    return bench_cpu()
+
+
 def _errors(rows):
     return {settings: (predicted - measured) / measured for settings, measured, predicted in rows}
 
 
-def test_every_family_full_and_lora_within_1_percent_median_5_worst(bench):
+@pytest.mark.slow
+def test_every_family_full_and_lora_within_1_percent_median_5_worst(cpu):
     """11 families x eager/sdpa x dropout x checkpointing x fp32/autocast/pure bf16 x full/LoRA."""
-    errors = _errors(bench.cpu_grid(methods=("full", "lora"), sizes=((2, 48),)))
+    errors = _errors(cpu.cpu_grid(methods=("full", "lora"), sizes=((2, 48),)))
     assert len(errors) > 400
-    assert {s[0] for s in errors} == set(bench.CPU_FAMILIES)
+    assert {s[0] for s in errors} == set(cpu.CPU_FAMILIES)
     assert statistics.median(abs(e) for e in errors.values()) <= 0.01
     bad = {" ".join(map(str, s)): f"{e:+.1%}" for s, e in errors.items() if abs(e) > 0.05}
     assert not bad, bad
 
 
-def test_qlora_on_the_new_families_matches_the_bytes_saved(bench):
+@pytest.mark.slow
+def test_qlora_on_the_new_families_matches_the_bytes_saved(cpu):
     """The course's QLoRA recipe (nf4, peft's k-bit preparation) on Qwen3, Gemma 3, Phi-3, GPT-NeoX, in fp32
     and under bf16 autocast, where the 4-bit projections hand the MLP fp32 tensors."""
     kinds = ("qwen3", "gemma3_text", "phi3", "gpt_neox")
-    errors = _errors(bench.cpu_grid(kinds, impls=("sdpa",), methods=("qlora",), sizes=((2, 48),)))
+    errors = _errors(cpu.cpu_grid(kinds, impls=("sdpa",), methods=("qlora",), sizes=((2, 48),)))
     assert len(errors) == 32  # fp32 (the course's CPU path) and bf16 autocast (a card's): 4 x 2 x 2 x 2
     bad = {" ".join(map(str, s)): f"{e:+.1%}" for s, e in errors.items() if abs(e) > 0.01}
     assert not bad, bad
@@ -150,7 +157,7 @@ def test_the_cli_plans_from_a_config_json_offline(qwen3_config):
 # --- options, each changing the estimate as it changes what is saved ------------------------------
 
 
-def test_peft_module_names_and_lm_head_adapt_what_peft_adapts(bench):
+def test_peft_module_names_and_lm_head_adapt_what_peft_adapts(cpu):
     """peft's names give the estimator's estimate, and LoRA on the head costs what peft and autograd say."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
@@ -160,7 +167,7 @@ def test_peft_module_names_and_lm_head_adapt_what_peft_adapts(bench):
         ("phi3", ["qkv_proj", "gate_up_proj"], ["q", "k", "v", "gate", "up"]),
         ("gpt_neox", ["query_key_value", "dense_4h_to_h"], ["q", "k", "v", "down"]),
     ):
-        config = bench.tiny_config(kind, dropout=False)
+        config = cpu.tiny_config(kind, dropout=False)
         args = dict(per_device_batch=2, seq_len=48, method="lora", lora_r=8, precision="fp32", device="cpu")
         by_name = estimate_training_memory(config, lora_targets=names, **args)
         assert by_name.as_dict() | {"settings": 0} == estimate_training_memory(
@@ -170,7 +177,7 @@ def test_peft_module_names_and_lm_head_adapt_what_peft_adapts(bench):
         trained = get_peft_model(model, LoraConfig(r=8, target_modules=names + ["lm_head"])).train()
         head = estimate_training_memory(config, lora_targets=names + ["lm_head"], **args)
         assert head.trainable == sum(p.numel() for p in trained.parameters() if p.requires_grad)
-        measured = bench._measure(trained, model, 2, 48, autocast=False, checkpointing=False)
+        measured = cpu.measure_saved(trained, model, 2, 48, autocast=False, checkpointing=False)
         assert abs(head.activations - measured) / measured < 0.01, (kind, head.activations, measured)
         assert head.activations > by_name.activations
 
@@ -194,13 +201,13 @@ def test_trainingarguments_optimizer_names():
     assert plan("SmolLM2-1.7B", "T4", per_device_batch=1, seq_len=512, optimizer="adamw_torch")[1:], "AdamW can shrink"
 
 
-def test_adafactor_state_is_what_transformers_adafactor_keeps(bench):
+def test_adafactor_state_is_what_transformers_adafactor_keeps(cpu):
     """Full fine-tuning and LoRA: a row and a column per matrix, the whole of each vector, no first moment."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
     from transformers.optimization import Adafactor
 
-    config = bench.tiny_config("llama", dropout=False)
+    config = cpu.tiny_config("llama", dropout=False)
     for method in ("full", "lora"):
         model = AutoModelForCausalLM.from_config(config)
         if method == "lora":
@@ -323,7 +330,7 @@ def test_a_weight_quantized_from_another_dtype_is_dequantized_twice_as_bitsandby
     quantized from, then casts it to the compute dtype (fp32 here, where the CPU allocator is exact)."""
     import bitsandbytes as bnb
 
-    from helpers._allocator import track_allocations
+    from helpers._cpu_peak import track_allocations
 
     out_features, in_features, tokens = 2048, 1024, 64
     layer = bnb.nn.Linear4bit(in_features, out_features, bias=False, compute_dtype=torch.float32, quant_type="nf4")

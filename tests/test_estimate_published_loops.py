@@ -1,6 +1,6 @@
 """The estimator against published runs of hand-written loops on a T4, allocated and reserved (issue 26).
 
-The rows are scripts/published_loops.py's (the fitcheck archive: 44 distinct runs, each with
+The rows are scripts/bench/cases/fitcheck-T4.toml's (the fitcheck archive: 44 distinct runs, each with
 torch.cuda.max_memory_allocated and max_memory_reserved); scripts/bench_estimator.py prints the
 table. Also the two facts the reserved figure rests on, each checked where it can be: which
 attention kernel runs (helpers/estimate/_attention.py) and what the caching allocator reserves
@@ -11,7 +11,7 @@ import pytest
 from bench_script import bench_estimator
 
 from helpers._caching_allocator import reserved_peak, round_size, segment_size
-from helpers.estimate import estimate_training_memory
+from helpers.estimate import Harness, estimate_training_memory
 from helpers.estimate._allocator import SCORE_SLACK
 from helpers.estimate._attention import attention_kernel
 
@@ -25,9 +25,9 @@ def summary():
 
 
 def test_every_row_is_a_distinct_run_with_both_figures():
-    rows = BENCH.published_loops.ROWS
-    assert len(rows) == 44 and len({r[0] for r in rows}) == 44
-    assert all(r[9] >= r[8] > r[7] > 0 for r in rows), "reserved >= allocated > what loading left"
+    rows = BENCH.SOURCES["fitcheck-T4"].rows
+    assert len(rows) == 44 and len({r["name"].split()[0] for r in rows}) == 44
+    assert all(r["reserved"] >= r["allocated"] > r["loaded"] > 0 for r in rows), "reserved >= allocated > loading"
     assert {c.quantity for c in BENCH.LOOP_CASES} == {"allocated", "reserved"}
 
 
@@ -96,7 +96,7 @@ def test_a_gqa_model_on_a_t4_materializes_its_scores_and_reserves_for_them():
     assert t4.recompute > a100.recompute and t4.reserved - t4.allocated > a100.reserved - a100.allocated
     assert t4.allocator_slack - a100.allocator_slack >= SCORE_SLACK * 4 * scores  # fp32 score matrices more
     with pytest.raises(ValueError, match=r"sdpa_kernel='fast' is not one of 'flash', 'efficient', 'math'"):
-        estimate_training_memory("Qwen2.5-1.5B", harness=BENCH.Harness(sdpa_kernel="fast"), **args)
+        estimate_training_memory("Qwen2.5-1.5B", harness=Harness(sdpa_kernel="fast"), **args)
 
 
 def test_the_caching_allocator_rounds_splits_and_reuses_as_pytorch_does():

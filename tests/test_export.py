@@ -30,6 +30,8 @@ from helpers.maintainer import export as export_module
 from helpers.maintainer.export import ExportError, export, notebook_parameters
 from helpers.maintainer.notebooks import SOURCES_DIR
 
+SLOW_FIXTURES = ("runs",)  # train.py run twice at once (conftest: slow)
+
 CAPSTONE = SOURCES_DIR / "08_capstone.py"
 TIMEOUT_S = 600  # one two-process run takes about 20 s alone, 76 s beside the notebooks; once over 300 s on a
 # loaded CI machine (Python 3.13), so the failure names the log
@@ -276,6 +278,7 @@ def runs(tmp_path_factory):
     return job, left
 
 
+@pytest.mark.slow
 def test_train_py_trains_on_two_processes_to_the_end(runs):
     job, _ = runs
     result = json.loads((job / "reference" / "result.json").read_text())
@@ -310,6 +313,7 @@ def test_a_killed_run_resumes_from_its_last_valid_checkpoint_to_the_same_adapter
     assert all(torch.equal(expected[k], got[k]) for k in expected), "every final adapter weight, bit for bit"
 
 
+@pytest.mark.slow
 def test_a_finished_run_started_again_trains_nothing(runs):
     job, _ = runs
     python = [sys.executable, "train.py", *RUN, "--output-dir", str(job / "reference")]
@@ -421,6 +425,7 @@ def test_a_second_export_keeps_edited_files_unless_forced(tmp_path):
     assert (other / "job.sbatch").read_text() == "#!/bin/bash\necho mine\n"
 
 
+@pytest.mark.slow
 def test_train_py_never_trains_over_checkpoints_it_cannot_resume(runs, tmp_path):
     """Every checkpoint rejected (manifests cut short, weights whole): it stops, then sets them aside on request."""
     job, _ = runs

@@ -23,9 +23,11 @@ import bitsandbytes as bnb
 import psutil
 import pytest
 import torch
+from fake_nvml import FakeCard, FakeNVML
 
 from helpers.__main__ import main as cli
 from helpers.estimate import estimate_training_memory, shape_of
+from helpers.footprint import measure_footprint
 from helpers.maintainer import gpu_proof, runner
 from helpers.maintainer import notebooks as kit_notebooks
 from helpers.maintainer.gpu_proof import _cuda, _models, estimator, headline, timing
@@ -33,7 +35,6 @@ from helpers.maintainer.gpu_proof import notebooks as proof_notebooks
 from helpers.maintainer.gpu_proof import report as proof_report
 from helpers.maintainer.gpu_proof._proof import NOTEBOOKS_BUDGET_S, Proof
 from helpers.maintainer.notebooks import REPO_ROOT
-from helpers.qlora import measure_footprint
 
 # tiny stand-ins for the catalog's shapes: Qwen2 (qkv bias, tied embeddings) and Mistral (untied)
 TINY = dict(family="llama", layers=2, heads=4, kv_heads=2, vocab=256)
@@ -177,6 +178,7 @@ def test_the_training_steps_train_the_adapters_only(tiny, proof, precision):
 # --- the sections on CPU --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_estimator_grid_runs_every_case(tiny, proof, fake_cuda):
     result = estimator.estimator_grid(proof)
     rows = result["rows"]
@@ -209,11 +211,13 @@ def test_the_estimator_grid_runs_every_case(tiny, proof, fake_cuda):
     assert result["median_abs_error_pct"] > 0 and result["median_abs_reserved_error_pct"] > 0
 
 
+@pytest.mark.slow
 def test_a_card_that_trains_in_fp16_has_no_t4_stand_in_rows(tiny, proof, fake_cuda):
     rows = estimator.estimator_grid(dataclasses.replace(proof, precision="fp16"))["rows"]
     assert len(rows) == 12 and {(r["precision"], r["stands_for"]) for r in rows} == {("fp16", "")}
 
 
+@pytest.mark.slow
 def test_a_model_that_fails_leaves_the_other_rows(tiny, proof, fake_cuda, monkeypatch):
     real = _models.train_steps
 
@@ -285,6 +289,7 @@ def test_the_precision_section_times_each_precision(tiny, proof, fake_cuda):
 # --- the notebooks' watchdog -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_hung_notebook_is_killed_with_the_processes_it_started(proof, monkeypatch, tmp_path):
     pid_file, finished = tmp_path / "child.pid", tmp_path / "finished"
     # the "notebook" would finish after 30 s (and say so in `finished`), ten times its 3 s bound
@@ -308,6 +313,23 @@ def test_a_hung_notebook_is_killed_with_the_processes_it_started(proof, monkeypa
         assert psutil.Process(child).status() == psutil.STATUS_ZOMBIE  # killed, waiting for init to reap it
     except psutil.NoSuchProcess:
         pass
+
+
+def test_a_notebook_row_holds_card_0s_idle_and_peak_from_the_kits_nvml_sampler(proof, monkeypatch):
+    nvml = FakeNVML([FakeCard("Tesla T4", 15 * 2**30)])
+    readings = iter([300, 2048])  # MiB: the idle card, then the notebook's peak; 500 MiB from then on
+    driver_read = nvml.nvmlDeviceGetMemoryInfo
+
+    def read(i):
+        nvml.cards[0].used = next(readings, 500) * 2**20
+        return driver_read(i)
+
+    monkeypatch.setattr(nvml, "nvmlDeviceGetMemoryInfo", read)
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setattr(proof_notebooks, "_notebook_command", lambda stem, out: [sys.executable, "-c", "pass"])
+    monkeypatch.setattr(runner, "select", lambda names: [Path("00_a.ipynb")])
+    (row,) = proof_notebooks.run_notebooks(proof)["rows"]
+    assert (row["idle_mib"], row["card_peak_mib"]) == (300, 2048) and nvml.open == 0
 
 
 def test_notebooks_past_the_section_budget_are_skipped(proof, monkeypatch):
@@ -347,6 +369,7 @@ def test_the_runs_time_limit_leaves_the_notebooks_what_the_model_sections_left(p
     assert [r["status"] for r in proof_notebooks.run_notebooks(past)["rows"]] == ["skipped", "skipped"]
 
 
+@pytest.mark.slow
 def test_a_notebook_runs_through_the_kits_own_command(proof, monkeypatch):
     monkeypatch.setattr(runner, "select", lambda names: [REPO_ROOT / "notebooks" / "00_where_to_get_gpus.ipynb"])
     result = proof_notebooks.run_notebooks(proof)
@@ -384,6 +407,7 @@ def test_a_failing_section_is_recorded_and_the_report_is_written_after_each(tmp_
     assert json.loads((out / "gpu-proof.json").read_text()) == report
 
 
+@pytest.mark.slow
 def test_the_report_of_real_sections(tiny, tmp_path, fake_cuda, monkeypatch):
     real = _models.train_steps
 
@@ -442,6 +466,7 @@ def spy_sections(monkeypatch, names=tuple(gpu_proof.SECTIONS)):
     return calls
 
 
+@pytest.mark.slow
 def test_the_model_sections_run_first_and_the_notebooks_last_by_default(tmp_path, fake_cuda, monkeypatch):
     assert list(gpu_proof.SECTIONS) == ["estimator", "headline", "oom", "precision", "notebooks"]
     calls = spy_sections(monkeypatch)
@@ -459,6 +484,7 @@ def test_the_model_sections_run_first_and_the_notebooks_last_by_default(tmp_path
         (None, ("notebooks", "estimator"), ["estimator", "notebooks"]),
     ],
 )
+@pytest.mark.slow
 def test_the_order_is_honoured_and_only_picks_from_it(tmp_path, fake_cuda, monkeypatch, order, only, ran):
     calls = spy_sections(monkeypatch)
     report = gpu_proof.run_proof(tmp_path / "out", order=order, only=only, device="cpu", precision="bf16")

@@ -123,6 +123,7 @@ def install_cell_in(capped_runtime, tmp_path, pins: str) -> tuple[subprocess.Com
     return done, versions.stdout.strip()
 
 
+@pytest.mark.slow
 def test_the_cell_keeps_a_runtime_library_that_caps_the_kits_dependency(capped_runtime, tmp_path):
     # pip alone takes sharedlib 2.0, the newest, and breaks capper; the mending call finds 1.6, which serves both
     done, versions = install_cell_in(capped_runtime, tmp_path, pins="")

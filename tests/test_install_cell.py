@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers._requirements import canonical_name, read_pins
 from helpers.maintainer.notebooks import BRANCH, DISTRIBUTION, INSTALL_CELL, NOTEBOOKS_DIR, REPO_ROOT, REPOSITORY
 
 IPYNBS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
@@ -144,6 +145,7 @@ def test_kaggle_without_internet_says_how_to_switch_it_on_at_once(tmp_path):
     assert [still_running for _, still_running in joins(done)] == [False], done.stdout
 
 
+@pytest.mark.slow
 def test_kaggle_with_a_name_lookup_that_never_answers_says_so_within_the_probes_bound(tmp_path):
     hangs = "import socket, time\nsocket.create_connection = lambda *a, **k: time.sleep(3600)\n"
     done = run_cells(  # timeout=120 in run_cells: a probe that waited for the lookup fails the test there
@@ -192,12 +194,14 @@ def test_pip_gets_the_pins_and_the_runtimes_torch_and_a_failure_is_explained(tmp
 # kernel has psutil), not `unloadedlib`. The fake kit needs both, `loadedlib` only at a floor.
 FAKE_KIT_REQUIRES = ("loadedlib>=1.0", "unloadedlib")
 
-# What the fake kit carries of the real one: the module the cell runs after pip (helpers.install), and
-# the file the cell's guard knows the kit's `helpers` by (helpers/env.py; empty here)
+# What the fake kit carries of the real one: the module the cell runs after pip (helpers.install) with
+# the one it imports (helpers._requirements), and the file the cell's guard knows the kit's `helpers` by
+# (helpers/env.py; empty here)
 KIT_MODULES = {
     "helpers/__init__.py": "",
     "helpers/env.py": "",
     "helpers/install.py": (REPO_ROOT / "helpers" / "install.py").read_text(),
+    "helpers/_requirements.py": (REPO_ROOT / "helpers" / "_requirements.py").read_text(),
 }
 
 # Runs first in the venv's Python: the cell's own pip command, with GitHub's two URLs pointed at
@@ -273,6 +277,7 @@ RESTART = (
 )
 
 
+@pytest.mark.slow
 def test_pip_replacing_an_imported_library_stops_the_notebook_with_the_menu_to_click(runtime_template, tmp_path):
     # the old requirements.txt pinned what the runtime owns exactly (psutil==7.2.2): pip replaces it
     python, prelude = runtime(runtime_template, tmp_path, "loadedlib==2.0\nunloadedlib==2.0\n")
@@ -319,6 +324,7 @@ def index_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_on_a_runtime_with_torch_and_psutil_the_cell_keeps_both_and_installs_no_cuda_wheel():
     # the cell itself, in a fresh venv that holds torch and a runtime's older psutil (which a fresh
     # Colab kernel has imported); pip in --dry-run mode (about 20 s)
@@ -333,8 +339,8 @@ def test_on_a_runtime_with_torch_and_psutil_the_cell_keeps_both_and_installs_no_
     assert done.returncode in (0, 1), done.stdout + done.stderr
     m = json.loads(done.stdout)
     assert m["forbidden"] == [], f"the install cell would bring {m['forbidden']}"
-    got = {re.sub(r"[-_.]+", "-", p["name"]).lower(): p["version"] for p in m["packages"]}
-    pins = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", (REPO_ROOT / "requirements.txt").read_text(), re.M))
+    got = {canonical_name(p["name"]): p["version"] for p in m["packages"]}
+    pins = {name: version for name, (version, _) in read_pins(REPO_ROOT / "requirements.txt").items()}
     for lib in ("transformers", "peft", "bitsandbytes", "datasets", "accelerate"):
         assert got.get(lib) == pins[lib], f"{lib}: the cell installs {got.get(lib)}, requirements.txt pins {pins[lib]}"
     assert "torch" not in got and m["torch"].startswith(("2.", "3."))

@@ -3,12 +3,13 @@ torch.cuda and NVML are faked where a GPU would be needed."""
 
 import subprocess
 import sys
+import threading
 import time
-import types
 
 import matplotlib
 import pytest
 import torch
+from fake_nvml import FakeCard, FakeNVML
 from torch import nn
 
 from helpers import _probes
@@ -272,39 +273,6 @@ def test_measure_on_cuda_without_a_gpu_says_what_to_do():
             pass
 
 
-class FakeNVML(types.ModuleType):
-    """Stands in for pynvml: cards with a used and a total, counting init/shutdown."""
-
-    class NVMLError(Exception):
-        pass
-
-    def __init__(self, cards, driver=True):
-        super().__init__("pynvml")
-        self.cards = [list(c) for c in cards]  # [name, used, total]
-        self.driver, self.open, self.reads = driver, 0, 0
-
-    def nvmlInit(self):
-        if not self.driver:
-            raise self.NVMLError("Driver Not Loaded")
-        self.open += 1
-
-    def nvmlShutdown(self):
-        self.open -= 1
-
-    def nvmlDeviceGetCount(self):
-        return len(self.cards)
-
-    def nvmlDeviceGetHandleByIndex(self, i):
-        return i
-
-    def nvmlDeviceGetName(self, i):
-        return self.cards[i][0].encode()  # older bindings return bytes
-
-    def nvmlDeviceGetMemoryInfo(self, i):
-        self.reads += 1
-        return types.SimpleNamespace(used=self.cards[i][1], total=self.cards[i][2])
-
-
 @pytest.fixture
 def no_cuda(monkeypatch):
     for name in ("is_available", "device_count", "current_device", "reset_peak_memory_stats", "synchronize"):
@@ -312,7 +280,7 @@ def no_cuda(monkeypatch):
 
 
 def test_read_gpu_memory_reads_every_card_through_nvml_only(monkeypatch, no_cuda):
-    nvml = FakeNVML([("Tesla T4", 1 * GIB, 15 * GIB), ("Tesla T4", 3 * GIB, 15 * GIB)])
+    nvml = FakeNVML([FakeCard("Tesla T4", 15 * GIB, used=1 * GIB), FakeCard("Tesla T4", 15 * GIB, used=3 * GIB)])
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
     cards = read_gpu_memory()
     assert [(c.index, c.name, c.used_bytes, c.total_bytes) for c in cards] == [
@@ -329,16 +297,16 @@ def test_read_gpu_memory_without_a_driver_is_empty(monkeypatch):
 
 
 def test_measure_through_nvml_keeps_each_cards_peak(monkeypatch, no_cuda):
-    nvml = FakeNVML([("Tesla T4", 1 * GIB, 15 * GIB), ("Tesla T4", 2 * GIB, 15 * GIB)])
+    nvml = FakeNVML([FakeCard("Tesla T4", 15 * GIB, used=1 * GIB), FakeCard("Tesla T4", 15 * GIB, used=2 * GIB)])
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
     monkeypatch.setattr(_probes, "NVML_INTERVAL_S", 0.001)
     with measure("two cards", device="nvml") as r:
-        nvml.cards[0][1] = 9 * GIB  # what a worker process on card 0 reaches for a moment
+        nvml.cards[0].used = 9 * GIB  # what a worker process on card 0 reaches for a moment
         reads = nvml.reads
         deadline = time.monotonic() + 10
         while nvml.reads < reads + 4 and time.monotonic() < deadline:  # the sampler read both cards twice
             time.sleep(0.001)
-        nvml.cards[0][1] = 1 * GIB
+        nvml.cards[0].used = 1 * GIB
     assert r["gpu0_peak_used"] == 9 * GIB and r["gpu1_peak_used"] == 2 * GIB
     assert "NVML" in r.figures["gpu0_peak_used"].how and nvml.open == 0
 
@@ -348,6 +316,43 @@ def test_measure_through_nvml_without_a_driver_says_so(monkeypatch):
     with pytest.raises(ValueError, match="no NVIDIA driver.*device='cpu'"):
         with measure("cards", device="nvml"):
             pass
+
+
+def test_the_nvml_sampler_keeps_each_cards_first_reading_and_its_peak(monkeypatch, no_cuda):
+    """The kit's one NVML sampler: measure(device="nvml") reads its peaks, gpu-proof's notebook rows its
+    first reading (the idle card) too."""
+    nvml = FakeNVML([FakeCard("Tesla T4", 15 * GIB, used=1 * GIB)])
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    with _probes.nvml_peaks(0.001) as cards:
+        nvml.cards[0].used = 5 * GIB  # a notebook's peak, for a moment
+        reads, deadline = nvml.reads, time.monotonic() + 10
+        while nvml.reads < reads + 2 and time.monotonic() < deadline:  # the sampler read it twice
+            time.sleep(0.001)
+        nvml.cards[0].used = 2 * GIB
+    assert cards.first == [1 * GIB] and cards.peak == [5 * GIB] and nvml.open == 0
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNVML([], driver=False))
+    with _probes.nvml_peaks(0.001) as cards:
+        assert cards is None  # no driver: nothing to sample
+
+
+def test_a_read_that_hangs_does_not_hold_the_sampler_when_it_stops(monkeypatch):
+    monkeypatch.setattr(_probes, "STOP_WAIT_S", 0.01)
+    answering, reads = threading.Event(), []
+
+    def read():  # a driver that stops answering after its second reading
+        reads.append(len(reads))
+        if len(reads) > 2:
+            answering.wait(10)
+        return [len(reads)]
+
+    sampler = _probes.PeakSampler(read, 0.001)
+    deadline = time.monotonic() + 10
+    while len(reads) < 3 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    peak = sampler.stop()
+    hung = len(reads)
+    answering.set()
+    assert hung == 3 and peak == [2], "stop() returned the peaks so far, read nothing behind the hung read"
 
 
 def test_importing_the_module_loads_neither_torch_nor_transformers():

@@ -87,6 +87,7 @@ def windows(losses: list[float], size: int = 50) -> list[float]:
     return [sum(losses[i : i + size]) / size for i in range(0, len(losses), size)]
 
 
+@pytest.mark.slow
 def test_a_rebuild_matches_the_shipped_model_on_any_cpu(rebuilt_tiny_model):
     # scripts/build_tiny_model.py --out DIR --losses DIR/losses.json, started beside the unit tests
     done, out = rebuilt_tiny_model, rebuilt_tiny_model.out
@@ -109,6 +110,7 @@ def test_a_rebuild_matches_the_shipped_model_on_any_cpu(rebuilt_tiny_model):
     assert shipped_response < 1.2 < 4.0 < shipped_fmt, "trained on the responses; the fine-tune format still new"
 
 
+@pytest.mark.slow
 def test_two_builds_on_one_machine_are_bit_identical():
     # the build's own steps, twice in this process: a fresh model from the seed, 20 pre-training
     # steps (enough to show determinism; the full build is a minute), on the shipped tokenizer
@@ -240,6 +242,7 @@ def load_through(endpoint: str, model_id: str, tmp_path, **constants) -> tuple[d
     return json.loads(line.removeprefix("RESULT ")), done.stdout
 
 
+@pytest.mark.slow
 def test_a_hub_that_accepts_and_never_answers_falls_back_in_seconds(tmp_path):
     with silent_server() as url:
         result, printed = load_through(url, "HuggingFaceTB/SmolLM2-135M", tmp_path)
@@ -259,6 +262,7 @@ WAITS = [
 ]
 
 
+@pytest.mark.slow
 def test_a_hub_model_is_fetched_then_loaded_with_no_further_request(tmp_path):
     stray = f"/kit-tests/tiny/resolve/{COMMIT}/"  # where transformers looked for an adapter, unbounded
     with fake_hub("kit-tests/tiny", EMBEDDED_DIR, hang=(stray,)) as (url, requests):
@@ -278,6 +282,7 @@ def test_a_hub_model_is_fetched_then_loaded_with_no_further_request(tmp_path):
     ],
     ids=["file list", "weights", "course model"],
 )
+@pytest.mark.slow
 def test_a_hub_that_stalls_midway_is_given_up_on_in_bounded_time(tmp_path, model_id, hang, constants, expected):
     with fake_hub(model_id, EMBEDDED_DIR, hang=(hang,)) as (url, _):
         result, printed = load_through(url, model_id, tmp_path, **constants)
@@ -293,6 +298,7 @@ def test_a_hub_that_stalls_midway_is_given_up_on_in_bounded_time(tmp_path, model
     print(f"\ngave up after {result['seconds']:.1f} s ({name} = {bound:g} s)")
 
 
+@pytest.mark.slow
 def test_a_model_the_hub_does_not_have_is_named(tmp_path):
     with fake_hub("kit-tests/tiny", EMBEDDED_DIR) as (url, _):
         result, _ = load_through(url, "kit-tests/tiny-typo", tmp_path)

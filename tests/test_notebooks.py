@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+from helpers._requirements import canonical_name, read_pins
 from helpers.maintainer import notebooks
 from helpers.maintainer.notebooks import INSTALL_CELL, METADATA, NOTEBOOKS_DIR, REPO_ROOT
 
@@ -62,19 +63,9 @@ def test_install_cell_never_installs_torch():
     assert not any(d.startswith("torch") for d in requires(DISTRIBUTION))
 
 
-def canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def exact_pins(name: str) -> dict[str, str]:
     """{package: version} of the `==` lines of a requirements file, following `-r` includes."""
-    pins = {}
-    for line in (REPO_ROOT / name).read_text().splitlines():
-        if line.startswith("-r "):
-            pins |= exact_pins(line[3:].strip())
-        elif m := re.match(r"^([A-Za-z0-9_.-]+)==(\S+)", line):
-            pins[canonical(m[1])] = m[2]
-    return pins
+    return {package: version for package, (version, _) in read_pins(REPO_ROOT / name).items()}
 
 
 def dependencies() -> list[Requirement]:
@@ -86,7 +77,7 @@ def dependencies() -> list[Requirement]:
 def test_students_get_exact_pins_only_for_what_the_course_teaches_and_floors_for_the_rest():
     students, tests = exact_pins("requirements.txt"), exact_pins("requirements-dev.txt")
     for dep in dependencies():
-        name = canonical(dep.name)
+        name = canonical_name(dep.name)
         if dep.specifier:  # a floor: pip keeps the runtime's copy when it meets it
             assert all(s.operator == ">=" for s in dep.specifier), f"{dep}: a dependency gets a floor (>=) or nothing"
             assert name not in students, (
@@ -97,16 +88,15 @@ def test_students_get_exact_pins_only_for_what_the_course_teaches_and_floors_for
             )
         else:  # what the course teaches: the install cell's constraints pin it
             assert name in students, f"add an exact pin for {name} to requirements.txt, or give it a floor here"
-    taught = {canonical(d.name) for d in dependencies() if not d.specifier}
+    taught = {canonical_name(d.name) for d in dependencies() if not d.specifier}
     extra = sorted(set(students) - taught)
     assert not extra, f"requirements.txt forces {extra}: pin only what pyproject.toml lists without a floor"
     assert "psutil" not in students, "a fresh Colab kernel has psutil imported: replacing it forces a restart"
 
 
 def test_every_exact_pin_says_why():
-    lines = [line for line in (REPO_ROOT / "requirements.txt").read_text().splitlines() if "==" in line]
-    unexplained = [line for line in lines if not re.search(r"==\S+\s+#\s*\S", line)]
-    assert lines and not unexplained, f"give each pin a one-line reason after '  # ': {unexplained}"
+    pins = read_pins(REPO_ROOT / "requirements.txt", reasons=True)  # a ValueError names a pin without its reason
+    assert pins and all(reason for _, reason in pins.values())
 
 
 def test_test_tools_stay_out_of_what_students_install_and_the_tests_get_every_pin():
@@ -165,12 +155,3 @@ def test_source_without_install_cell_says_how_to_add_one(scratch):
     scratch.write_text(scratch.read_text().replace('# %% tags=["install"]', "# %%"))
     with pytest.raises(ValueError, match=r'no install cell: add a cell starting with # %% tags=\["install"\]'):
         notebooks.problems(scratch.parent)
-
-
-def test_every_committed_notebook_runs_as_committed_under_nbval(committed_notebooks):
-    # nbval executes each code cell as committed (default parameters, as a student's Run all on a
-    # CPU): one test per cell, run in the background (tests/conftest.py, committed_notebooks)
-    run = committed_notebooks
-    assert run.returncode == 0, run.printed[-5000:]
-    cells = sum(1 for path in IPYNBS for cell in load(path)["cells"] if cell["cell_type"] == "code")
-    assert re.search(rf"^{cells} passed", run.stdout, re.M), run.stdout[-2000:]

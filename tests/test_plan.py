@@ -71,7 +71,7 @@ def test_a_hand_written_loop_frees_the_output_first_and_that_costs_nothing():
 def test_plan_halves_the_micro_batch_and_keeps_the_effective_batch():
     steps = plan("Llama-3-8B", "T4", per_device_batch=6, seq_len=2048, method="qlora", checkpointing=True)
     accumulation = [s.estimate.settings for s in steps if s.technique == "gradient accumulation"]
-    assert [(s["batch_size"], s["grad_accum_steps"]) for s in accumulation] == [(3, 2), (1, 6)]
+    assert [(s["per_device_batch"], s["grad_accum_steps"]) for s in accumulation] == [(3, 2), (1, 6)]
     assert steps[-1].fits
 
 

@@ -13,8 +13,9 @@ import pytest
 
 from helpers import planner as planner_module
 from helpers.estimate import estimate_training_memory
+from helpers.job import BATCHES
 from helpers.plan import assumed_stack, format_plan, plan
-from helpers.planner import CONTROLS, SEGMENTS, START, _segments, _widgets, planner, planner_figure, planner_text
+from helpers.planner import SEGMENTS, START, _segments, _widgets, planner, planner_figure, planner_text
 
 IMAGE = "<IPython.core.display.Image object>"  # what display(Image) prints outside IPython
 
@@ -36,6 +37,19 @@ def test_a_job_that_does_not_fit_gets_the_ladder_plan_prints_and_what_its_name_w
     assert "context 8,192 tokens (Llama-3.1-8B: 131,072)" in text
     assert format_plan(plan("Llama-3-8B", "T4", **job), "T4") in text  # one ladder, the command line's
     assert text.rstrip().splitlines()[-1].startswith("fused loss")
+
+
+def test_in_a_kernel_no_front_end_shows_it_prints_and_opens_no_widget(capsys, monkeypatch):
+    """HELPERS_HEADLESS (the runner's and the tests' kernels): nbclient can block on a widget cell (nbclient#312)."""
+    opened = []
+    monkeypatch.setattr(planner_module, "ipython_shell", lambda: object())  # stand-in: any IPython shell
+    monkeypatch.setattr(planner_module, "_widgets", lambda *args: opened.append(args))  # a spy
+    monkeypatch.setenv("HELPERS_HEADLESS", "1")
+    planner("SmolLM2-135M", "T4", seq_len=512)
+    assert not opened and capsys.readouterr().out.startswith("SmolLM2-135M on T4")
+    monkeypatch.setenv("HELPERS_HEADLESS", "0")
+    planner("SmolLM2-135M", "T4", seq_len=512)
+    assert len(opened) == 1, "a kernel a front end shows gets the controls"
 
 
 def test_outside_a_notebook_it_prints_the_bill_and_shows_no_widgets(capsys):
@@ -89,7 +103,7 @@ def test_every_control_redraws_the_verdict_the_stack_and_the_ladder(capsys):
         "fused loss (Liger, Unsloth)",
         "loop",
     }
-    assert controls["per-device batch"].options == CONTROLS["per_device_batch"]
+    assert controls["per-device batch"].options == BATCHES
     first = said(capsys)
     assert first.startswith("fits: the training step needs") and "\nassumes: the Hugging Face Trainer" in first
     controls["model"].value = "Llama-3-8B"  # typed in: a name the catalog reads as Llama-3.1-8B's shapes

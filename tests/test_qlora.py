@@ -25,8 +25,9 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Tr
 
 from helpers import models
 from helpers.data import load_course_data
+from helpers.footprint import measure_footprint
 from helpers.models import EMBEDDED_DIR, is_embedded
-from helpers.qlora import disable_cpu_repacking, load_qlora, measure_footprint, save_quantized
+from helpers.qlora import disable_cpu_repacking, load_qlora, save_quantized
 
 # peft 0.21's get_peft_model reads transformers' deprecated `is_gradient_checkpointing` (the reference models here)
 pytestmark = pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning")
@@ -414,6 +415,7 @@ for endpoint, model_id, constants in json.loads(sys.argv[1]):
 """
 
 
+@pytest.mark.slow
 def test_a_hub_model_is_read_from_its_config_json_within_the_bounded_fetch(quantized_copy, tmp_path):
     folder, _ = quantized_copy
     gptq = edited_copy(folder, tmp_path, {"quant_method": "gptq", "bits": 4, "group_size": 128})
@@ -453,6 +455,7 @@ def test_a_hub_model_is_read_from_its_config_json_within_the_bounded_fetch(quant
     assert QUANTIZED_WHILE_LOADING in fell_back["printed"], fell_back["printed"]
 
 
+@pytest.mark.slow
 def test_importing_bitsandbytes_after_the_kit_prints_no_warning_about_optional_kernels():
     """On a CPU with AVX512-BF16 bitsandbytes warns at import that the optional `kernels` package is
     missing; after `import helpers` a notebook shows no such red line (on other CPUs it never warns)."""

@@ -1025,7 +1025,7 @@ def leaks(nb, student_id=""):
 @pytest.fixture(scope="module")
 def student_run(tmp_path_factory):
     """Student versions of the kit's notebooks, and notebook 00's executed by the runner (papermill)."""
-    from helpers.maintainer.runner import CELL_TIMEOUT_S, execute
+    from helpers.maintainer.execution import CELL_TIMEOUT_S, execute
 
     root = tmp_path_factory.mktemp("e2e")
     made = write_student_versions(NOTEBOOKS_DIR, root / "handout")
@@ -1034,6 +1034,7 @@ def student_run(tmp_path_factory):
     return root, made, json.loads((root / "build" / "notebooks" / NB00.name).read_text())
 
 
+@pytest.mark.slow
 def test_student_version_and_its_outputs_contain_no_answer(student_run):
     root, made, executed = student_run
     assert [p.name for p, _ in made] == [p.name for p in sorted(NOTEBOOKS_DIR.glob("*.ipynb"))]
@@ -1047,6 +1048,7 @@ def test_student_version_and_its_outputs_contain_no_answer(student_run):
     assert outputs.count("Not answered yet") == 4 and "Traceback" not in outputs
 
 
+@pytest.mark.slow
 def test_answered_in_a_kernel_then_graded(student_run, tmp_path):
     """Students answer in a real kernel (receipts printed by check()), the grader reads the files."""
     from nbclient import NotebookClient

@@ -25,6 +25,8 @@ from safetensors.torch import load_file
 from helpers.manifest import MANIFEST_NAME, load_manifest
 from helpers.resume import CheckpointsRejected, check_checkpoint, latest_valid_checkpoint, list_checkpoints
 
+SLOW_FIXTURES = ("interrupted",)  # the capstone recipe run three times (conftest: slow)
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "train_embedded.py"
 TIMEOUT_S = 240  # seconds for one training subprocess, generous for a loaded CI machine
@@ -89,6 +91,7 @@ def interrupted(tmp_path_factory):
     return expected, finish(resumed), doomed.returncode, left, base
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_the_same_loss_and_weights(interrupted):
     reference, resumed, returncode, left, base = interrupted
     assert returncode == -signal.SIGKILL

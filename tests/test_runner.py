@@ -15,7 +15,7 @@ import nbformat
 import pytest
 
 from helpers._util import NotRegularFile, read_regular_file
-from helpers.maintainer import failures, runner
+from helpers.maintainer import execution, failures, runner
 from helpers.maintainer.notebooks import NOTEBOOKS_DIR
 from helpers.maintainer.runner import UsageError, run, select
 
@@ -96,7 +96,7 @@ def test_failing_cell_is_printed_and_the_exit_code_says_so(tmp_path):
 
 def test_parameters_with_arithmetic_comments_are_still_injected(tmp_path):
     """papermill's own parser skips `x = 16  # 1 x 16 = 16`; the runner reads the cell with ast."""
-    from helpers.maintainer.runner import declared_parameters
+    from helpers.maintainer.execution import declared_parameters
 
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -133,6 +133,7 @@ def write_notebooks(folder, sources: dict) -> None:
 RUNS_AFTER = ["import helpers\nhelpers.record('ran', True)"]
 
 
+@pytest.mark.slow
 def test_a_dead_kernel_a_hanging_cell_and_a_corrupt_file_are_failed_rows_and_the_rest_still_runs(tmp_path):
     finished = tmp_path / "finished"  # written by the hanging cell if it is ever let finish
     hang = f"import time\ntime.sleep(60)  # a cell that hangs, 20 x --cell-timeout\nopen({str(finished)!r}, 'w')"
@@ -152,6 +153,7 @@ def test_a_dead_kernel_a_hanging_cell_and_a_corrupt_file_are_failed_rows_and_the
     assert done.returncode == 1, done.stdout + done.stderr
     assert "1 ok, 3 failed" in done.stdout
     assert "helpers/maintainer/runner.py" not in done.stderr, "no traceback from the runner itself"
+    assert "helpers/maintainer/execution.py" not in done.stderr, "no traceback from the runner itself"
     rows = {row["notebook"]: row for row in json.loads((tmp_path / "out" / "summary.json").read_text())}
     assert {name: row["status"] for name, row in rows.items()} == {
         "01_oom_killed": "failed",
@@ -171,6 +173,7 @@ def test_a_dead_kernel_a_hanging_cell_and_a_corrupt_file_are_failed_rows_and_the
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
+@pytest.mark.slow
 def test_an_interrupt_still_writes_the_summary(tmp_path, sig, code):
     """Ctrl-C, or SIGTERM (what a scheduler or CI sends), to a real runner in a sleeping cell."""
     started = tmp_path / "kernel.pid"  # written by the sleeping cell as it starts: an event, not a delay
@@ -226,7 +229,7 @@ def run_fake(tmp_path, monkeypatch, execute_02):
     def fake_execute(path, out, **kwargs):
         if path.stem == "02_second":
             execute_02(path)
-        return runner.Outcome(path.stem, "ok", 1.0)
+        return execution.Outcome(path.stem, "ok", 1.0)
 
     monkeypatch.setattr(runner, "execute", fake_execute)
     code = run(folder=tmp_path / "nbs", out=tmp_path / "out")
@@ -291,6 +294,7 @@ def run_cli_capped(*args, timeout):
     return subprocess.run([sys.executable, "-c", capped, "run", *args], capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_a_huge_error_control_characters_a_fifo_and_a_device_are_bounded_rows_and_the_rest_still_runs(tmp_path):
     nbs, out = tmp_path / "nbs", tmp_path / "out"
     escapes = r"raise ValueError('\x1b[2J\x1b]0;title\x07\rOVERWRITTEN\n```\n# not a heading')"
@@ -406,7 +410,7 @@ def run_with_fake_execute(tmp_path, monkeypatch, stdout, shown=0):
         deadline = time.monotonic() + 30
         while stdout.getvalue().count(f"running {path.stem} ") < shown and time.monotonic() < deadline:
             time.sleep(0.05)
-        return runner.Outcome(path.stem, "ok", 1.0)
+        return execution.Outcome(path.stem, "ok", 1.0)
 
     monkeypatch.setattr(runner, "execute", fake_execute)
     monkeypatch.setattr(sys, "stdout", stdout)
@@ -415,6 +419,7 @@ def run_with_fake_execute(tmp_path, monkeypatch, stdout, shown=0):
     return stdout.getvalue()
 
 
+@pytest.mark.slow
 def test_on_a_terminal_the_running_line_rewrites_itself_with_the_seconds(tmp_path, monkeypatch):
     printed = run_with_fake_execute(tmp_path, monkeypatch, FakeTTY(), shown=2)  # at the start, then a second later
     first, _, second = printed.split("\n")[:3]

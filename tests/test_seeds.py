@@ -40,6 +40,7 @@ def short_training(tmp_path_factory):
     return train_fn
 
 
+@pytest.mark.slow
 def test_same_seed_same_loss_bit_for_bit_other_seeds_spread(short_training):
     runs = run_seeds(short_training, seeds=[0, 1, 2], metric="train_loss")
     again = run_seeds(short_training, seeds=[0])

@@ -275,6 +275,7 @@ def run_cell(client, code: str, timeout: float = 60) -> str:
             return "".join(shown)
 
 
+@pytest.mark.slow
 def test_in_a_real_kernel_the_student_sees_where_each_token_came_from_and_never_its_value(standin_dir, tmp_path):
     from jupyter_client.manager import start_new_kernel
 
@@ -315,3 +316,5 @@ def test_in_a_real_kernel_the_student_sees_where_each_token_came_from_and_never_
         for name, line in zip(NAMES, seen[case]):
             assert line.startswith(f"no {name} found (") and why.format(name=name) in line, (case, line)
             assert line.endswith(f"{where_to_add(name, 'colab')}."), line
+    for case, lines in seen.items():  # the token table, printed for the record (pytest -s)
+        print(f"\n{case:18} | {lines[0]} | {lines[1]}")

@@ -135,6 +135,7 @@ class SecretNotFoundError(Exception):  # what Colab raises for a secret that is 
 # choosing online or offline, never prompting
 
 
+@pytest.mark.slow
 def test_no_key_goes_offline_at_once_and_prints_the_sync_command(sandbox, capsys):
     run = init_tracking("kit-test", {"lr": 1e-3})  # stdin is unreadable under pytest: a prompt would fail
     out = capsys.readouterr().out
@@ -182,6 +183,7 @@ def test_disabled_records_nothing(sandbox):
     assert run.finish() is None
 
 
+@pytest.mark.slow
 def test_colab_secret_is_used_in_memory_then_offline_when_the_server_fails(sandbox, monkeypatch, capfd):
     server = FailingServer()
     monkeypatch.setenv("WANDB_BASE_URL", server.url)
@@ -302,6 +304,7 @@ def test_a_tracked_run_logs_its_manifests_and_leaks_no_secret(sandbox, monkeypat
 # a server that accepts connections and never answers (tests/fake_servers.py, on 127.0.0.1)
 
 
+@pytest.mark.slow
 def test_a_wandb_server_that_never_answers_means_offline_in_seconds(sandbox, monkeypatch):
     monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
     with silent_server() as url:

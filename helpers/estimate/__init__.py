@@ -18,7 +18,7 @@ One module per family of terms, each private to this package:
 | module | what it counts |
 |---|---|
 | `_shapes` | the model: a catalog name, a config.json, a Hub id or a config, read into a `Shape` |
-| `_job` | the settings, checked (`Job`), the loops, the harness facts only benchmarks state (`Harness`) |
+| `_job` | the job as counted (`Job`: a `helpers.job.TrainingJob` on a model and a card), the byte sizes, `Harness` |
 | `_weights` | the stored weights and the loading peak |
 | `_optimizer` | the gradients, the optimizer's states and its step's temporaries |
 | `_activations` | what each layer, and the embeddings, final norm and loss, save for backward |
@@ -58,17 +58,15 @@ from helpers.estimate._job import (
     COMPUTE_BYTES,
     FP32_BYTES,
     HALF_BYTES,
-    LOOPS,
     OPTIMIZER_BYTES,
-    PRECISIONS,
     WEIGHT_BYTES,
     Harness,
     Job,
-    batch_argument,
 )
 from helpers.estimate._optimizer import gradients, optimizer_states, optimizer_step
 from helpers.estimate._shapes import LINEAR_TARGETS, Shape, adapter_shapes, adapts_head, shape_of
 from helpers.estimate._weights import load_peak, stored_weights
+from helpers.job import LOOPS, PRECISIONS, TrainingJob, job_settings
 
 __all__ = [
     "ADAMW_FAMILY",
@@ -87,6 +85,7 @@ __all__ = [
     "Estimate",
     "Harness",
     "Shape",
+    "TrainingJob",
     "estimate_training_memory",
     "shape_of",
 ]
@@ -94,26 +93,13 @@ __all__ = [
 
 def estimate_training_memory(
     model,
+    job: TrainingJob | None = None,
+    /,
     *,
-    per_device_batch: int | None = None,
-    batch_size: int | None = None,
-    seq_len: int,
-    precision: str = "bf16",
-    weights: str | None = None,
-    method: str = "full",
-    lora_r: int = 16,
-    lora_targets="all-linear",
-    optimizer: str = "adamw",
-    checkpointing: bool = False,
-    loop: str = "trainer",
     gpu: str | None = None,
     device: str = "cuda",
-    attn_impl: str | None = None,
-    lora_dropout: float = 0.0,
-    double_quant: bool = True,
-    grad_accum_steps: int = 1,
-    fused_loss: bool = False,
     harness: Harness | None = None,
+    **settings,
 ) -> Estimate:
     """Estimate the memory of one training step, in bytes, before anything is loaded.
 
@@ -122,38 +108,20 @@ def estimate_training_memory(
             a Hub id ("Qwen/Qwen3-32B": only its config.json is fetched, when the Hub answers; a
             catalog model's id, "Qwen/Qwen3-14B", needs no network), a transformers config, or a
             config dict. Families: Llama, Mistral, Qwen2/3, Gemma 1/2/3, Phi-3, GPT-NeoX, GPT-2, BERT.
-        per_device_batch, seq_len: the micro-batch on one device (tokens = per_device_batch x
-            seq_len). `batch_size` is the older name of per_device_batch: pass one of the two.
-        precision: compute precision: "fp32", "bf16" or "fp16" (mixed precision via autocast), or
-            "bf16-true" / "fp16-true" (everything in 16 bits, no autocast: litgpt, torchtune).
-        weights: how the weights are stored: "fp32" (default for full fine-tuning: the fp32
-            master weights of mixed precision), "bf16"/"fp16" (pure half), "int8" or "nf4".
-        method: "full", "lora" (frozen base + adapters) or "qlora" (nf4 base + adapters).
-        lora_r, lora_targets: adapter rank and targets: "all-linear", peft's module names
-            (["q_proj", "v_proj"], "qkv_proj", "query_key_value", "lm_head" for the head too) or
-            the estimator's (LINEAR_TARGETS).
-        optimizer: "adamw" (fused, the Trainer's default), "adamw_foreach" (torch.optim.AdamW's
-            default: one state-sized temporary during the step), "adamw_hf" (one tensor at a time:
-            transformers' old AdamW), "adamw_8bit", "paged_adamw_8bit", "adafactor", "sgd", or
-            TrainingArguments' names "adamw_torch", "adamw_torch_fused", "adamw_bnb_8bit".
-        checkpointing: gradient checkpointing (non-reentrant) on every layer.
-        loop: the training loop around the model, by what it keeps of the model's output:
-            "trainer" (transformers' Trainer: nothing once the loss is computed), "custom" (a
-            hand-written `outputs = model(**batch); outputs.loss.backward()`: the logits and the
-            key/value cache live through backward and the optimizer's step, into the next forward)
-            or "litgpt" (litgpt's `logits = model(x)`: its fp32 logits likewise).
+        job: the job's settings (`helpers.job.TrainingJob`); or pass them by keyword, the same
+            names: per_device_batch and seq_len (tokens = per_device_batch x seq_len; `batch_size`
+            is per_device_batch's older name), precision (None: the card's half precision, bf16
+            without a card; "bf16-true" / "fp16-true": everything in 16 bits), weights, method
+            ("full", "lora", "qlora"), lora_r, lora_targets, lora_dropout, double_quant, optimizer
+            (also TrainingArguments' names), checkpointing, fused_loss, loop ("trainer", "custom":
+            a hand-written `outputs = model(**batch)` loop that keeps the logits through backward,
+            "litgpt"), grad_accum_steps, attn_impl. Keywords given beside a job replace its fields.
+            `TrainingJob`'s docstring says what each one means.
         gpu: the catalog card it runs on ("T4", "A100-40GB"): its compute capability decides the
-            attention kernel (no flash attention below 8.0, so grouped key/value heads run SDPA's
-            math kernel on a T4, which materializes the scores). None: a card of capability 8.0 or newer.
+            precision when none is asked and the attention kernel (no flash attention below 8.0, so
+            grouped key/value heads run SDPA's math kernel on a T4, which materializes the scores).
+            None: a card of capability 8.0 or newer.
         device: "cuda" (default) or "cpu": dropout masks and the attention kernel differ.
-        attn_impl: override the config's attention implementation ("eager", "sdpa").
-        lora_dropout: LoRA dropout (peft's default is 0.0; litgpt and torchtune use 0.05).
-        double_quant: nf4 with double quantization (bnb_4bit_use_double_quant, torchao's NF4).
-        grad_accum_steps: micro-batches per optimizer step; above 1 the gradients are alive
-            during the forward of the next micro-batch.
-        fused_loss: a fused or chunked linear cross-entropy (Liger's, unsloth's, torchtune's
-            chunked loss with the head inside it): the logits and their fp32 log-probabilities are
-            never held for the whole sequence; the gradient of the head's input is kept instead.
         harness: facts about a training harness other than the kit's (`Harness`: PyTorch 1.x's
             zeroed gradients, bitsandbytes before 0.44, Lightning's quantized head, litgpt's chunked
             loss, a measured CUDA context); only scripts/bench_estimator.py needs them.
@@ -169,31 +137,10 @@ def estimate_training_memory(
         >>> e.fits("T4")
         True
     """
-    batch_name, batch = batch_argument(per_device_batch, batch_size, "estimate_training_memory")
-    shape = shape_of(model)
-    job = Job(
-        replace(shape, attn_impl=attn_impl) if attn_impl else shape,
-        batch,
-        seq_len,
-        precision,
-        weights,
-        method,
-        lora_r,
-        lora_targets,
-        optimizer,
-        checkpointing,
-        device,
-        lora_dropout,
-        double_quant,
-        grad_accum_steps,
-        batch_name=batch_name,
-        fused_loss=fused_loss,
-        loop=loop,
-        gpu=gpu,
-        harness=Harness() if harness is None else harness,
-    )
+    settings = job_settings(job, caller="estimate_training_memory", **settings)
+    job = Job.of(settings, shape_of(model), gpu=gpu, device=device, harness=harness)
     e = _estimate(job)
-    if device == "cuda":
+    if job.device == "cuda":
         context = job.harness.cuda_context_bytes
         e.cuda_context = CUDA_CONTEXT_BYTES if context is None else int(context)
         f = _forward(job)
@@ -241,16 +188,16 @@ def _estimate(job: Job) -> Estimate:
 
 def _forward(job: Job) -> Forward:
     return Forward(
-        job.shape,
-        job.batch,
-        job.seq_len,
-        job.compute,
-        job.autocast,
-        job.device,
-        job.quantized,
-        job.base_dtype,
-        job.capability,
-        job.harness.sdpa_kernel,
+        shape=job.shape,
+        per_device_batch=job.per_device_batch,
+        seq_len=job.seq_len,
+        compute=job.compute,
+        autocast=job.autocast,
+        device=job.device,
+        quantized=job.quantized,
+        dtype=job.base_dtype,
+        capability=job.capability,
+        pinned=job.harness.sdpa_kernel,
     )
 
 
@@ -259,10 +206,10 @@ def _saved_for_backward(job: Job, f: Forward) -> tuple[dict[str, int], dict[str,
     shape, adapters = job.shape, None
     if job.method != "full":
         adapters = Adapters(
-            frozenset(adapter_shapes(shape, job.lora_targets)),
-            job.lora_r,
-            job.lora_dropout,
-            job.param_bytes,
+            targets=frozenset(adapter_shapes(shape, job.lora_targets)),
+            r=job.lora_r,
+            dropout=job.lora_dropout,
+            adapter_bytes=job.param_bytes,
             keeps_input=job.harness.quant_keeps_input and job.quantized,
             cast_under_autocast=not job.quantized,
         )
@@ -272,7 +219,7 @@ def _saved_for_backward(job: Job, f: Forward) -> tuple[dict[str, int], dict[str,
     if job.checkpointing:  # only each layer's inputs survive the forward
         parts = {"layer inputs (checkpointed)": shape.layers * f.resid * f.tokens * shape.hidden}
         if shape.family == "gpt2" and shape.attn_impl == "eager":  # its causal mask is an input too
-            parts["attention mask"] = f.resid * job.batch * job.seq_len * job.seq_len
+            parts["attention mask"] = f.resid * job.per_device_batch * job.seq_len * job.seq_len
         if quant_kept_inputs(job, f):  # not saved tensors: checkpointing does not drop them
             parts["4-bit inputs (kept on ctx)"] = quant_kept_inputs(job, f)
     pooler = None  # with "all-linear", peft adapts BERT's pooler too
@@ -290,5 +237,5 @@ def _saved_for_backward(job: Job, f: Forward) -> tuple[dict[str, int], dict[str,
     parts.update(weight_casts(job, pooler is not None, head is not None))
     if job.fused_loss and shape.head == "lm":  # no log-probs: the loss's gradient for the head's input instead
         del parts["loss log-probs"]
-        parts["fused loss (input gradient)"] = job.compute * job.batch * job.seq_len * shape.hidden
+        parts["fused loss (input gradient)"] = job.compute * job.per_device_batch * job.seq_len * shape.hidden
     return parts, layer

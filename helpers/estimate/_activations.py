@@ -59,7 +59,7 @@ ACTIVATION_SAVES = {"silu": 1, "relu": 1, "gelu": 1, "gelu_pytorch_tanh": 1, "ge
 CUDA_FP32_RECOMPUTED_SCORES = 1.35
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Forward:
     """One micro-batch's forward pass: the model's shape, the tokens, the dtypes it runs in.
 
@@ -69,7 +69,7 @@ class Forward:
     """
 
     shape: Shape
-    batch_size: int
+    per_device_batch: int
     seq_len: int
     compute: int
     autocast: bool
@@ -81,7 +81,7 @@ class Forward:
 
     @property
     def tokens(self) -> int:
-        return self.batch_size * self.seq_len
+        return self.per_device_batch * self.seq_len
 
     @property
     def resid(self) -> int:
@@ -97,7 +97,7 @@ class Forward:
     @property
     def scores(self) -> int:
         """Elements of one attention matrix (all heads, the whole micro-batch)."""
-        return self.batch_size * self.shape.heads * self.seq_len * self.seq_len
+        return self.per_device_batch * self.shape.heads * self.seq_len * self.seq_len
 
     @cached_property  # read by every term of every layer: decided once per forward pass
     def kernel(self) -> str:
@@ -129,7 +129,7 @@ class Forward:
         return FP32_BYTES if upcast else self.compute
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Adapters:
     """How a frozen base is trained: which linears carry LoRA adapters, and what they save.
 
@@ -207,7 +207,7 @@ def _attention(f: Forward, inputs: _Inputs, adapters: Adapters | None, input_gra
         kept = _bert_qkv(f, adapters, input_grad)
     elif s.family == "gpt2":  # eager: views of the fused projection; math kernel: contiguous copies
         kept = 3 * f.tokens * s.hidden * f.attn_bytes
-        if s.attn_impl == "eager" and f.batch_size == 1:  # matmul copies key and value, keeps query a view
+        if s.attn_impl == "eager" and f.per_device_batch == 1:  # matmul copies key and value, keeps query a view
             kept += 2 * f.tokens * s.hidden * f.attn_bytes
     else:
         kept = _rotary_qkv(f, adapters, input_grad)
@@ -218,7 +218,7 @@ def _attention(f: Forward, inputs: _Inputs, adapters: Adapters | None, input_gra
     # the fused kernel saves its output and a log-sum-exp per query in fp32; o_proj reads the output
     # as a view, except on CPU after a fused projection: rotary then writes the query head-major, the
     # kernel's output follows it, and merging the heads copies
-    lse = FP32_BYTES * f.batch_size * s.heads * f.seq_len
+    lse = FP32_BYTES * f.per_device_batch * s.heads * f.seq_len
     copied = s.fused_qkv and s.rotary and f.device == "cpu"
     return kept + lse + f.compute * f.tokens * q + inputs.group(q, f.compute, ("o",), already_saved=not copied)
 
@@ -436,7 +436,7 @@ def outside_layers(
         parts["pooler and classifier"] = _bert_pooler(f, frozen, pooler)
     else:
         parts["final norm"] = _final_norm(f, frozen, head)
-    rows, width = (f.batch_size, s.num_labels) if s.head == "classifier" else (n, s.vocab)
+    rows, width = (f.per_device_batch, s.num_labels) if s.head == "classifier" else (n, s.vocab)
     if s.logit_softcap:  # Gemma 2: tanh(logits / cap) keeps its output, in the logits' dtype
         parts["logit soft-capping"] = f.compute * rows * width
     parts["loss log-probs"] = FP32_BYTES * rows * width + FP32_BYTES  # log_softmax's output in fp32, the loss
@@ -447,12 +447,12 @@ def _indices(f: Forward, frozen: bool) -> int:
     """The token ids the embeddings keep for their weights' gradients, and the labels the loss keeps."""
     s, n = f.shape, f.tokens
     if s.family == "bert":  # word, position (a view of a max_positions buffer) and token-type ids; labels
-        return (0 if frozen else INDEX_BYTES * (n + s.max_positions + f.seq_len)) + INDEX_BYTES * f.batch_size
+        return (0 if frozen else INDEX_BYTES * (n + s.max_positions + f.seq_len)) + INDEX_BYTES * f.per_device_batch
     kept = (INDEX_BYTES if frozen else 2 * INDEX_BYTES) * n  # labels; a trained embedding keeps the ids too
     if s.family == "gpt2":
         kept += INDEX_BYTES * f.seq_len  # position ids
     if s.family == "neox":  # its loss shifts the labels by padding each sequence with one more
-        kept += INDEX_BYTES * f.batch_size
+        kept += INDEX_BYTES * f.per_device_batch
     if s.family == "gemma":
         kept += FP32_BYTES  # the embedding scale, one scalar
     return kept
@@ -472,7 +472,7 @@ def _final_norm(f: Forward, frozen: bool, head: Adapters | None) -> int:
 
 def _bert_pooler(f: Forward, frozen: bool, pooler: Adapters | None) -> int:
     """BERT's pooler (dense and tanh on the first token) and its classifier (always trained)."""
-    b, h, c = f.batch_size, f.shape.hidden, f.compute
+    b, h, c = f.per_device_batch, f.shape.hidden, f.compute
     if frozen and pooler is None:  # a frozen pooler keeps nothing
         pooled = 0
     elif frozen:  # its adapter keeps the first token's state, through peft's cast and dropout if any

@@ -26,14 +26,14 @@ def _head_dequant(job: Job) -> float:
 def logits_moment(job: Job) -> int:
     """3b. the logits at the end of the forward and the fp32 upcast that the loss reads (not saved),
     then the loss's gradients at the start of the backward; a quantized head's dequantized weight."""
-    shape, n, head = job.shape, job.batch * job.seq_len, _head_dequant(job)
+    shape, n, head = job.shape, job.per_device_batch * job.seq_len, _head_dequant(job)
     if job.fused_loss and shape.head == "lm":  # one chunk of logits at a time: negligible beside the rest
         return head
     if shape.head == "classifier":
-        rows = job.batch if shape.family == "bert" else n
+        rows = job.per_device_batch if shape.family == "bert" else n
         return rows * shape.num_labels * (job.compute + FP32_BYTES)
     if job.harness.loss_chunk:  # the fp32 logits stay whole; the loss's gradients (two fp32, one cast back) per chunk
-        chunk = job.batch * min(job.harness.loss_chunk, job.seq_len)
+        chunk = job.per_device_batch * min(job.harness.loss_chunk, job.seq_len)
         return n * shape.vocab * FP32_BYTES + chunk * shape.vocab * (2 * FP32_BYTES + job.compute) + head
     # the logits and their fp32 upcast at the end of the forward; at the start of the backward the
     # loss's fp32 gradient and log_softmax's fp32 input gradient, beside the saved log-probs
@@ -46,7 +46,7 @@ def forward_logits(job: Job) -> int:
     shape, head = job.shape, _head_dequant(job)
     if job.fused_loss and shape.head == "lm":
         return head
-    rows = job.batch if shape.family == "bert" else job.batch * job.seq_len
+    rows = job.per_device_batch if shape.family == "bert" else job.per_device_batch * job.seq_len
     elements = rows * (shape.num_labels if shape.head == "classifier" else shape.vocab)
     upcast = elements * FP32_BYTES if job.compute != FP32_BYTES else 0
     return elements * job.compute + max(upcast, head)
@@ -81,6 +81,6 @@ def held_output(job: Job, f: Forward) -> int:
     lm = job.shape.head == "lm" and not job.fused_loss
     if job.loop == "litgpt":
         return (FP32_BYTES * f.tokens * job.shape.vocab if lm else 0) + quant_kept_inputs(job, f)
-    rows = job.batch if job.shape.family == "bert" else f.tokens
+    rows = job.per_device_batch if job.shape.family == "bert" else f.tokens
     logits = f.compute * rows * (job.shape.vocab if job.shape.head == "lm" else job.shape.num_labels)
     return logits + kv_cache(job, f) + quant_kept_inputs(job, f)

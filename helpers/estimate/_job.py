@@ -10,26 +10,25 @@ torch, no network.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 
 from helpers.catalog import card_capability
+from helpers.env import half_precision
 from helpers.estimate._shapes import Shape, lora_parameters
+from helpers.job import TrainingJob
 
 __all__ = [
     "ADAMW_FAMILY",
     "COMPUTE_BYTES",
     "FP32_BYTES",
     "HALF_BYTES",
-    "LOOPS",
     "NF4_SINGLE_QUANT_BYTES",
     "OPTIMIZER_BYTES",
     "OPTIMIZER_NAMES",
-    "PRECISIONS",
     "WEIGHT_BYTES",
     "Harness",
     "Job",
-    "batch_argument",
 ]
 
 FP32_BYTES = 4
@@ -47,11 +46,6 @@ WEIGHT_BYTES = {
 }
 NF4_SINGLE_QUANT_BYTES = 4.5 / 8
 COMPUTE_BYTES = {"fp32": FP32_BYTES, "bf16": HALF_BYTES, "fp16": HALF_BYTES}
-# "bf16-true" / "fp16-true" (litgpt's names; torchtune's dtype=bf16): every floating tensor is stored
-# and computed in 16 bits: no autocast, no fp32 master weights, adapters and their optimizer states
-# in 16 bits too, and a quantized model keeps its unquantized parameters in 16 bits (no peft k-bit
-# preparation, so the embeddings' output does not require grad)
-PRECISIONS = ("fp32", "bf16", "fp16", "bf16-true", "fp16-true")
 # optimizer state per trainable parameter, beyond the parameter itself, for fp32 parameters; the
 # AdamW family keeps its two moments (exp_avg, exp_avg_sq) in the parameter's dtype (half of this
 # for 16-bit parameters); 8-bit AdamW keeps each moment in one byte with an fp32 scale per 256
@@ -71,13 +65,6 @@ OPTIMIZER_BYTES = {
 OPTIMIZER_NAMES = {"adamw_torch": "adamw_foreach", "adamw_torch_fused": "adamw", "adamw_bnb_8bit": "adamw_8bit"}
 OPTIMIZER_BYTES.update({name: OPTIMIZER_BYTES[kind] for name, kind in OPTIMIZER_NAMES.items()})
 ADAMW_FAMILY = ("adamw", "adamw_foreach", "adamw_hf", "adamw_torch", "adamw_torch_fused")
-# the training loop around the model, and what it keeps of the model's output (Job.loop):
-# "trainer": transformers' Trainer (and accelerate's examples): the output goes before backward;
-# "custom": `outputs = model(**batch); outputs.loss.backward()`, the Hugging Face course's loop: the
-# output (logits, and the key/value cache when the config asks for one) lives through backward and the
-# optimizer's step, and into the next forward, until the name is bound again;
-# "litgpt": `logits = model(x)` with a chunked loss: its fp32 logits and their graph likewise
-LOOPS = ("trainer", "custom", "litgpt")
 
 
 @dataclass(frozen=True)
@@ -85,8 +72,9 @@ class Harness:
     """What only a benchmark states: facts about a training harness other than the kit's.
 
     The kit's own stack (the Trainer or a loop of its own, peft, bitsandbytes >= 0.44, PyTorch 2.x)
-    needs none of these; scripts/bench_estimator.py sets them to hold the estimator against runs
-    published from other harnesses (litgpt with Lightning's bitsandbytes plugin, PyTorch 1.x).
+    needs none of these; the published cases (scripts/bench/cases/*.toml, run by
+    scripts/bench_estimator.py) set them to hold the estimator against runs published from other
+    harnesses (litgpt with Lightning's bitsandbytes plugin, PyTorch 1.x).
 
     Attributes:
         set_to_none: optimizer.zero_grad(set_to_none=True) frees the gradients after each step
@@ -124,48 +112,34 @@ class Harness:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != f.default}
 
 
-def batch_argument(per_device_batch, batch_size, caller: str) -> tuple[str, int]:
-    """The micro-batch a caller was given, and the name it was given under: exactly one of the two."""
-    if per_device_batch is not None and batch_size is not None:
-        raise ValueError(
-            f"{caller}() got per_device_batch={per_device_batch!r} and batch_size={batch_size!r}, two "
-            f"names for one figure: pass only per_device_batch={per_device_batch!r}"
-        )
-    if per_device_batch is None and batch_size is None:
-        raise ValueError(
-            f"{caller}() needs the micro-batch on one device: pass per_device_batch, "
-            f"e.g. per_device_batch=1 (batch_size=1 is the older spelling)"
-        )
-    return ("batch_size", batch_size) if per_device_batch is None else ("per_device_batch", per_device_batch)
-
-
-@dataclass
-class Job:
-    """One training job's settings (those of `estimate_training_memory`), checked, and what follows."""
+@dataclass(frozen=True, kw_only=True)
+class Job(TrainingJob):
+    """One training job as the estimator counts it: the settings (`helpers.job.TrainingJob`) with the
+    precision and the stored weights filled in, the model's shape, the card, the device and the harness."""
 
     shape: Shape
-    batch: int
-    seq_len: int
-    precision: str
-    weights: str | None  # None: what the method stores (checking fills it in)
-    method: str
-    lora_r: int
-    lora_targets: object
-    optimizer: str
-    checkpointing: bool
-    device: str
-    lora_dropout: float
-    double_quant: bool
-    grad_accum_steps: int
-    batch_name: str = "per_device_batch"  # how the caller spelled the batch, for the errors
-    fused_loss: bool = False  # a fused (chunked) linear cross-entropy: the logits are never held whole
-    loop: str = "trainer"  # one of LOOPS: what the training loop keeps of the model's output
     gpu: str | None = None  # the catalog card it runs on: its compute capability decides the attention kernel
+    device: str = "cuda"  # "cuda" or "cpu": dropout masks and the attention kernel differ
     harness: Harness = field(default_factory=Harness)
 
     def __post_init__(self):
-        _check_choices(self)
-        _check_combination(self)
+        super().__post_init__()
+        if self.precision is None or self.weights is None:
+            raise ValueError("Job takes a resolved job: build it with Job.of(settings, shape, ...)")
+        _check_choice("device", self.device, ("cuda", "cpu"))
+        _check_harness(self)
+        _check_shape(self)
+
+    @classmethod
+    def of(cls, settings: TrainingJob, shape: Shape, *, gpu=None, device="cuda", harness=None) -> Job:
+        """The estimator's job: `settings` in the card's half precision unless another was asked, the
+        weights as the method stores them unless asked, the attention implementation on the shape."""
+        settings = settings.with_precision(half_precision(card_capability(gpu) if gpu is not None else None))
+        values = {f.name: getattr(settings, f.name) for f in fields(TrainingJob)}
+        values["weights"] = settings.stored_weights(settings.precision)
+        if settings.attn_impl:
+            shape = replace(shape, attn_impl=settings.attn_impl)
+        return cls(**values, shape=shape, gpu=gpu, device=device, harness=Harness() if harness is None else harness)
 
     @property
     def optimizer_kind(self) -> str:
@@ -231,26 +205,11 @@ class Job:
         return self.compute if self.true_half else FP32_BYTES
 
     def settings(self) -> dict:
-        """The settings as the Estimate reports them; the harness options only when they are set."""
-        return dict(
-            batch_size=self.batch,
-            seq_len=self.seq_len,
-            precision=self.precision,
-            weights=self.weights,
-            method=self.method,
-            lora_r=self.lora_r,
-            optimizer=self.optimizer,
-            checkpointing=self.checkpointing,
-            device=self.device,
-            attn_impl=self.shape.attn_impl,
-            grad_accum_steps=self.grad_accum_steps,
-            lora_targets=self.lora_targets,
-            lora_dropout=self.lora_dropout,
-            fused_loss=self.fused_loss,
-            loop=self.loop,
-            gpu=self.gpu,
-            **({"harness": self.harness} if self.harness.changed() else {}),
-        )
+        """The settings as the Estimate reports them, under the names that pass them back in: the job's
+        fields, the card and the device; the harness only when it differs from the kit's."""
+        values = {f.name: getattr(self, f.name) for f in fields(TrainingJob)}
+        values.update(attn_impl=self.shape.attn_impl, gpu=self.gpu, device=self.device)
+        return values | ({"harness": self.harness} if self.harness.changed() else {})
 
     @cached_property
     def trainable(self) -> int:
@@ -260,62 +219,37 @@ class Job:
         return lora_parameters(self.shape, self.lora_r, self.lora_targets)
 
 
-def _check_choices(job: Job) -> None:
-    """Each setting is one the estimator knows; weights default to what the method stores."""
-    _check_choice("precision", job.precision, PRECISIONS)
-    _check_choice("optimizer", job.optimizer, OPTIMIZER_BYTES)
-    _check_choice("method", job.method, ("full", "lora", "qlora"))
-    _check_choice("loop", job.loop, LOOPS)
-    if not isinstance(job.harness, Harness):
-        raise TypeError(f"harness={job.harness!r}: pass a helpers.estimate.Harness, e.g. Harness(set_to_none=False)")
-    base = job.precision.removesuffix("-true")
-    if job.weights is None:
-        job.weights = {"full": "fp32" if not job.true_half else base, "lora": base, "qlora": "nf4"}[job.method]
-    _check_choice("weights", job.weights, WEIGHT_BYTES)
-    for name, value in (
-        (job.batch_name, job.batch),
-        ("seq_len", job.seq_len),
-        ("grad_accum_steps", job.grad_accum_steps),
-    ):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-
-
 def _check_choice(name: str, value, allowed) -> None:
     if value not in allowed:
         raise ValueError(f"{name}={value!r} is not one of {', '.join(map(repr, allowed))}")
 
 
-def _check_combination(job: Job) -> None:
-    """The settings make sense together; each error says which one to drop or change."""
-    weights, shape = job.weights, job.shape
-    if job.method == "qlora" and weights != "nf4":
-        raise ValueError(f"method='qlora' stores weights in nf4; drop weights={weights!r} or use method='lora'")
-    if job.method == "full" and job.quantized:
-        raise ValueError(f"quantized weights ({weights}) cannot be trained in full: use method='qlora' or 'lora'")
+def _check_shape(job: Job) -> None:
+    """The model can be trained as the settings say."""
+    shape = job.shape
     if shape.head == "classifier" and shape.num_labels < 1:
         raise ValueError("a classifier head needs num_labels >= 1 in the model's shape")
     if shape.family == "bert" and shape.head != "classifier":
         raise ValueError("BERT is modeled with its sequence-classification head: use head='classifier' and num_labels")
-    if job.harness.loss_chunk and (job.fused_loss or job.harness.loss_chunk < 0):
+
+
+def _check_harness(job: Job) -> None:
+    """The harness's facts fit the settings; each error says which one to drop or change."""
+    harness, shape = job.harness, job.shape
+    if not isinstance(harness, Harness):
+        raise TypeError(f"harness={harness!r}: pass a helpers.estimate.Harness, e.g. Harness(set_to_none=False)")
+    if harness.loss_chunk and (job.fused_loss or harness.loss_chunk < 0):
         raise ValueError(
-            f"loss_chunk={job.harness.loss_chunk!r}: pass a positive number of positions per chunk, and not with "
+            f"loss_chunk={harness.loss_chunk!r}: pass a positive number of positions per chunk, and not with "
             "fused_loss=True (a fused loss never holds the logits whole)"
         )
-    if (job.harness.quantize_head or job.harness.quant_dtype) and not job.quantized:
-        setting = "quantize_head=True" if job.harness.quantize_head else f"quant_dtype={job.harness.quant_dtype!r}"
+    if (harness.quantize_head or harness.quant_dtype) and not job.quantized:
+        setting = "quantize_head=True" if harness.quantize_head else f"quant_dtype={harness.quant_dtype!r}"
         raise ValueError(f"{setting} describes quantized weights; use method='qlora' or drop it")
-    if job.harness.sdpa_kernel is not None:
-        _check_choice("sdpa_kernel", job.harness.sdpa_kernel, ("flash", "efficient", "math"))
-    if job.harness.quant_dtype is not None:
-        _check_choice("quant_dtype", job.harness.quant_dtype, tuple(COMPUTE_BYTES))
-    if job.harness.quantize_head and (shape.head != "lm" or shape.tied):
+    if harness.sdpa_kernel is not None:
+        _check_choice("sdpa_kernel", harness.sdpa_kernel, ("flash", "efficient", "math"))
+    if harness.quant_dtype is not None:
+        _check_choice("quant_dtype", harness.quant_dtype, tuple(COMPUTE_BYTES))
+    if harness.quantize_head and (shape.head != "lm" or shape.tied):
         what = "a classifier head" if shape.head != "lm" else "a head tied to the embeddings (the same tensor)"
         raise ValueError(f"quantize_head=True, but this model has {what}: drop quantize_head")
-    base = job.precision.removesuffix("-true")
-    if job.true_half and weights not in (base, "int8", "nf4"):
-        raise ValueError(f"precision={job.precision!r} stores every weight in {base}; drop weights={weights!r}")
-    if job.compute == FP32_BYTES and weights not in ("fp32",) and not job.quantized:
-        raise ValueError(
-            f"weights={weights!r} with precision='fp32' would upcast every matmul; use precision={weights!r}"
-        )

@@ -4,7 +4,8 @@
   the notebook metadata, and where the kit installs from (`REPOSITORY`, `BRANCH`).
 - `badges`: colab_badges.md, one Colab and one Kaggle badge per notebook.
 - `runner`: `python -m helpers run` (`make run`): every notebook headless with papermill, on this
-  machine or on a simulated card (`--simulate T4`).
+  machine or on a simulated card (`--simulate T4`); `execution` runs one notebook, `summary`
+  writes the report.
 - `publish`: `python -m helpers publish --repo OWNER/NAME --ref REF`: a fork's badges, install
   cells and README retargeted in one command.
 - `gpu_proof`: `python -m helpers gpu-proof --out DIR`: the kit proven on one real CUDA card.

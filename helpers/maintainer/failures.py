@@ -1,6 +1,6 @@
 """What stopped a notebook, in words: the cause, the cell it stopped in, and a few KB of its error.
 
-Used by `python -m helpers run` (`runner.execute`) for each failed row. What is written here is
+Used by `python -m helpers run` (`execution.execute`) for each failed row. What is written here is
 copied three times, into summary.md, summary.json and the terminal, so:
 
 - each part a notebook controls (the error's message, the cell, the traceback) is cut to a few

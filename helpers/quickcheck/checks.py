@@ -23,7 +23,7 @@ import importlib.util
 import os
 from typing import Any
 
-from helpers._util import ipython_shell
+from helpers._util import headless, ipython_shell
 from helpers.quickcheck import reading
 from helpers.quickcheck.answers import answer_format
 from helpers.quickcheck.bank import Question, format_text, get_question, normalize_student_id, params_for
@@ -168,7 +168,7 @@ def _grader_view_warnings(q: Question, answer: Any, verdict: Verdict, student_id
 
 def _widgets_available() -> bool:
     """True in a notebook front end that renders ipywidgets (Colab, Jupyter); False on Kaggle or headless."""
-    if os.environ.get("KAGGLE_KERNEL_RUN_TYPE") or importlib.util.find_spec("ipywidgets") is None:
+    if os.environ.get("KAGGLE_KERNEL_RUN_TYPE") or headless() or importlib.util.find_spec("ipywidgets") is None:
         return False
     shell = ipython_shell()
     return shell is not None and type(shell).__name__ in ("ZMQInteractiveShell", "Shell")  # Shell: Colab's

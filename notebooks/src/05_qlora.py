@@ -355,7 +355,8 @@ plain.print_trainable_parameters()
 # call. Same result:
 
 # %%
-from helpers.qlora import load_qlora, measure_footprint
+from helpers.footprint import measure_footprint
+from helpers.qlora import load_qlora
 
 model, tokenizer = load_qlora(model_id, r=lora_r, alpha=lora_alpha, dropout=lora_dropout, smoke=smoke)
 fp, fp_plain = measure_footprint(model), measure_footprint(plain)
@@ -541,7 +542,7 @@ print(
 # accumulation):
 #
 # ```
-# python -m helpers plan --model Qwen2.5-7B --gpu T4 --seq-len 512 --batch-size 1
+# python -m helpers plan --model Qwen2.5-7B --gpu T4 --seq-len 512 --per-device-batch 1
 # ```
 #
 # ## Quick checks

@@ -201,7 +201,7 @@ print(
 from helpers.capstone import capstone_estimate
 from helpers.catalog import load_catalog
 from helpers.estimate import estimate_training_memory  # used again at the end, for this run's model
-from helpers.qlora import measure_footprint
+from helpers.footprint import measure_footprint
 
 footprint = measure_footprint(model)
 adapters_training = footprint.trainable_params * 16  # fp32 weight + gradient + two AdamW moments

@@ -3,8 +3,9 @@
 Each notebook runs in its own `python -m helpers run --only NAME --smoke` process, killed with
 everything it started (its Jupyter kernel included) past min(time left, NOTEBOOK_TIMEOUT_S); the
 section stops starting notebooks when its budget (`Proof.notebooks_budget_s`, set by
-`--notebooks-budget`) is spent and records the rest as skipped. A thread samples the card's used
-memory through NVML meanwhile: the idle figure before the notebook starts, the peak while it runs.
+`--notebooks-budget`) is spent and records the rest as skipped. The kit's NVML sampler
+(`helpers._probes.nvml_peaks`) reads the card's used memory meanwhile: the idle figure before the
+notebook starts, the peak while it runs.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
+from helpers._probes import nvml_peaks
 from helpers._util import MIB
 from helpers.maintainer.gpu_proof._proof import NOTEBOOKS_BUDGET_S, Proof
 
@@ -23,6 +24,7 @@ __all__ = ["NOTEBOOKS_BUDGET_S", "NOTEBOOK_TIMEOUT_S", "run_notebooks"]
 
 NOTEBOOK_TIMEOUT_S = 120  # a smoke notebook takes 10-30 s on a GPU; a hung one is killed past this
 LEAST_TO_START_S = 30  # a notebook is not started with less than this left of the budget
+SAMPLE_INTERVAL_S = 0.1  # how often the card's used memory is read while a notebook runs
 
 
 def run_notebooks(proof: Proof) -> dict:
@@ -45,39 +47,6 @@ def run_notebooks(proof: Proof) -> dict:
     return {"rows": rows, **({"status": "failed", "error": f"not ok: {', '.join(failed)}"} if failed else {})}
 
 
-class _NvmlPeak:
-    """Sample the card's used memory through NVML in a thread: `idle` before a notebook, `peak` while it runs."""
-
-    def __init__(self, interval_s: float = 0.1):
-        self.interval_s, self.idle, self.peak = interval_s, 0, 0
-        self._stop, self._first = threading.Event(), threading.Event()
-
-    def __enter__(self):
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        self._first.wait(timeout=5)  # the idle figure is read before the notebook starts
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(timeout=5)  # a driver that stopped answering must not hold the run
-
-    def _sample(self):
-        from helpers.memory import read_gpu_memory
-
-        try:
-            while not self._stop.is_set():
-                cards = read_gpu_memory()  # [] without a driver: a CPU machine samples nothing
-                if not cards:
-                    return
-                used = cards[0].used_bytes
-                self.idle, self.peak = self.idle or used, max(self.peak, used)
-                self._first.set()
-                self._stop.wait(self.interval_s)
-        finally:
-            self._first.set()
-
-
 def _notebook_command(stem: str, out: Path) -> list[str]:
     return [sys.executable, "-m", "helpers", "run", "--only", stem, "--smoke", "--out", str(out)]
 
@@ -90,7 +59,8 @@ def _notebook_row(stem: str, out: Path, timeout_s: float) -> dict:
     log, summary = out / "output.log", out / "summary.json"
     summary.unlink(missing_ok=True)
     start = time.perf_counter()
-    with _NvmlPeak() as peak, log.open("w") as f:  # a file, not a pipe: a chatty notebook cannot fill it and stall
+    # a file, not a pipe: a chatty notebook cannot fill it and stall; no NVML (a CPU machine): no sampler
+    with nvml_peaks(SAMPLE_INTERVAL_S) as cards, log.open("w") as f:
         process = subprocess.Popen(_notebook_command(stem, out), cwd=REPO_ROOT, stdout=f, stderr=subprocess.STDOUT)
         timed_out = False
         try:
@@ -99,7 +69,7 @@ def _notebook_row(stem: str, out: Path, timeout_s: float) -> dict:
             _kill_tree(process.pid)
             timed_out = True
     row = {"notebook": stem, "status": "failed", "seconds": round(time.perf_counter() - start, 1)}
-    row.update(card_peak_mib=round(peak.peak / MIB), idle_mib=round(peak.idle / MIB))
+    row.update(card_peak_mib=_card0_mib(cards and cards.peak), idle_mib=_card0_mib(cards and cards.first))
     if timed_out:
         return {**row, "status": "timed out", "error": f"killed after {timeout_s:.0f} s; its output: {log}"}
     if not summary.is_file():
@@ -107,6 +77,11 @@ def _notebook_row(stem: str, out: Path, timeout_s: float) -> dict:
         return {**row, "error": f"exit code {process.returncode}, no summary.json: {tail}"}
     outcome = json.loads(summary.read_text())[0]
     return {**row, "status": outcome["status"], "error": (outcome["error"].strip().splitlines() or [""])[-1]}
+
+
+def _card0_mib(used: list[int] | None) -> int:
+    """Card 0's figure in MiB; 0 where nothing was read (no NVML, no card)."""
+    return round(used[0] / MIB) if used else 0
 
 
 def _kill_tree(pid: int) -> None:

@@ -1,0 +1,342 @@
+"""A training job's settings as one object: what the estimator, `plan`, the command line and the planner read.
+
+Taught in notebook 01 (memory anatomy), where the planner's controls set these fields, and used by
+05 (the 7B plan) and 08 (the capstone's job). `TrainingJob` is built by keyword and checked when it
+is made, so a bad value is refused with its fix before any model is read or loaded. The same fields
+become `python -m helpers plan`'s flags (`add_job_arguments`, `job_from_arguments`) and the
+planner's controls (`helpers.planner`): a setting added here shows up in all three.
+
+Pure Python: no torch, no network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import math
+import sys
+from dataclasses import MISSING, dataclass, field, fields, replace
+
+__all__ = [
+    "ATTENTION",
+    "BATCHES",
+    "LOOPS",
+    "METHODS",
+    "OPTIMIZERS",
+    "PRECISIONS",
+    "RANKS",
+    "SEQ_LENS",
+    "WEIGHT_FORMATS",
+    "JobSettingError",
+    "TrainingJob",
+    "add_job_arguments",
+    "job_from_arguments",
+    "job_settings",
+]
+
+# compute precision: mixed precision via autocast ("fp32", "bf16", "fp16"), or
+# "bf16-true" / "fp16-true" (litgpt's names; torchtune's dtype=bf16): every floating tensor is stored
+# and computed in 16 bits: no autocast, no fp32 master weights, adapters and their optimizer states
+# in 16 bits too, and a quantized model keeps its unquantized parameters in 16 bits (no peft k-bit
+# preparation, so the embeddings' output does not require grad)
+PRECISIONS = ("fp32", "bf16", "fp16", "bf16-true", "fp16-true")
+METHODS = ("full", "lora", "qlora")
+WEIGHT_FORMATS = ("fp32", "bf16", "fp16", "int8", "nf4")
+# the optimizer kinds the estimator prices (helpers/estimate/_job.py), then TrainingArguments' `optim`
+# names for three of them
+OPTIMIZERS = (
+    "adamw",
+    "adamw_foreach",
+    "adamw_hf",
+    "adamw_8bit",
+    "paged_adamw_8bit",
+    "sgd",
+    "adafactor",
+    "adamw_torch",
+    "adamw_torch_fused",
+    "adamw_bnb_8bit",
+)
+# the training loop around the model, and what it keeps of the model's output (TrainingJob.loop):
+# "trainer": transformers' Trainer (and accelerate's examples): the output goes before backward;
+# "custom": `outputs = model(**batch); outputs.loss.backward()`, the Hugging Face course's loop: the
+# output (logits, and the key/value cache when the config asks for one) lives through backward and the
+# optimizer's step, and into the next forward, until the name is bound again;
+# "litgpt": `logits = model(x)` with a chunked loss: its fp32 logits and their graph likewise
+LOOPS = ("trainer", "custom", "litgpt")
+ATTENTION = ("eager", "sdpa", "flash_attention_2")
+# the planner's slider stops: the sizes people actually pick (a value between them is added as a stop)
+BATCHES = (1, 2, 4, 8, 16, 32, 64)
+SEQ_LENS = (128, 256, 512, 1024, 2048, 4096, 8192)
+RANKS = (4, 8, 16, 32, 64, 128)
+
+
+class JobSettingError(ValueError):
+    """A training job's setting that cannot be used; the message names the setting and the fix."""
+
+
+def _setting(default, help: str, **meta):
+    """A field with what the command line and the planner need to show it: `help`; `choices` (and the
+    ones the planner `shown`), or a whole number's range up to `most` and slider `stops`, or a fraction
+    `below` a bound; the planner's `label`; an `example` for the errors, what a required field `needs`, and a
+    default the command line gives where Python asks for the value (`cli_default`)."""
+    kwargs = {} if default is MISSING else {"default": default}
+    return field(metadata={"help": help, **meta}, **kwargs)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingJob:
+    """The settings of one fine-tuning job: the micro-batch, precision, method and the memory techniques.
+
+    The model (what) and the card (where) are not part of it: `estimate_training_memory(model, job,
+    gpu=...)` and `plan(model, gpu, job)` take them beside it. Every field is checked when the job
+    is made; `replace(job, seq_len=2048)` makes a changed copy, checked again.
+
+    Example:
+        >>> job = TrainingJob(per_device_batch=1, seq_len=2048, method="qlora", checkpointing=True)
+        >>> job.effective_batch
+        1
+        >>> TrainingJob(per_device_batch=0, seq_len=512)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        helpers.job.JobSettingError: per_device_batch=0 is out of range: pass a whole number from 1 to 65,536, ...
+    """
+
+    per_device_batch: int = _setting(
+        MISSING,
+        "sequences per micro-batch on one device",
+        most=2**16,
+        example=1,
+        label="per-device batch",
+        stops=BATCHES,
+        needs="the micro-batch on one device",
+        cli_default=1,
+    )
+    seq_len: int = _setting(
+        MISSING, "tokens per sequence", most=2**20, example=512, stops=SEQ_LENS, needs="the tokens per sequence"
+    )
+    grad_accum_steps: int = _setting(1, "micro-batches per optimizer step", most=2**16, example=16)
+    precision: str | None = _setting(
+        None,
+        "default: the card's half precision (bf16 from compute capability 8.0, fp16 below); "
+        "bf16-true / fp16-true: everything in 16 bits, no fp32 copies",
+        choices=PRECISIONS,
+    )
+    weights: str | None = _setting(
+        None, "how the weights are stored (default: what the method stores)", choices=WEIGHT_FORMATS
+    )
+    method: str = _setting(
+        "full", "full fine-tune, LoRA on a 16-bit model, or LoRA on a 4-bit NF4 model", choices=METHODS
+    )
+    lora_r: int = _setting(16, "LoRA rank", most=4096, example=16, label="LoRA rank", stops=RANKS)
+    lora_targets: str | tuple[str, ...] = _setting(
+        "all-linear", "peft's target_modules: all-linear, or module names such as q_proj,v_proj (lm_head for the head)"
+    )
+    lora_dropout: float = _setting(0.0, "dropout on the adapters' input", below=1.0, example=0.05)
+    double_quant: bool = _setting(True, "nf4 with double quantization (bnb_4bit_use_double_quant)")
+    optimizer: str = _setting(
+        "adamw", "the optimizer; also TrainingArguments' optim names", choices=OPTIMIZERS, shown=OPTIMIZERS[:7]
+    )
+    checkpointing: bool = _setting(False, "gradient checkpointing on every layer", label="gradient checkpointing")
+    fused_loss: bool = _setting(
+        False,
+        "a fused / chunked cross-entropy (Liger, Unsloth): no full-sequence logits in fp32",
+        label="fused loss (Liger, Unsloth)",
+    )
+    loop: str = _setting(
+        "trainer",
+        "trainer: transformers' Trainer; custom: your own `outputs = model(**batch)` loop, which keeps the logits "
+        "through backward; litgpt",
+        choices=LOOPS,
+    )
+    attn_impl: str | None = _setting(
+        None, "the attention implementation (default: the model config's)", choices=ATTENTION
+    )
+
+    def __post_init__(self):
+        for f in fields(self):
+            _check_field(f, getattr(self, f.name))
+        if isinstance(self.lora_targets, list):  # frozen: a tuple, so the job can be hashed and compared
+            object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
+        if self.precision is not None:
+            _check_combination(self)
+
+    @property
+    def effective_batch(self) -> int:
+        """Sequences per optimizer step on one device: per_device_batch x grad_accum_steps."""
+        return self.per_device_batch * self.grad_accum_steps
+
+    def stored_weights(self, precision: str) -> str:
+        """How the weights are stored under `precision`: as asked, or what the method stores."""
+        if self.weights is not None:
+            return self.weights
+        base = precision.removesuffix("-true")
+        return {"full": base if precision.endswith("-true") else "fp32", "lora": base, "qlora": "nf4"}[self.method]
+
+    def with_precision(self, half: str) -> TrainingJob:
+        """The job with its precision filled in: `half` (the card's) when none was asked."""
+        return self if self.precision is not None else replace(self, precision=half)
+
+
+def _check_field(f, value) -> None:
+    """One field's value: its type, its range or its choices; the error says what would work."""
+    name, meta = f.name, f.metadata
+    if "choices" in meta:
+        if value is None and f.default is None:
+            return
+        if value not in meta["choices"]:
+            lowered = {str(c).lower(): c for c in meta["choices"]}  # "QLoRA" is near "qlora"
+            near = [lowered[n] for n in difflib.get_close_matches(str(value).lower(), lowered, n=1)]
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise JobSettingError(f"{name}={value!r} is not one of {', '.join(map(repr, meta['choices']))}{hint}")
+    elif "most" in meta:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise JobSettingError(f"{name}={value!r} is not a whole number: pass e.g. {name}={meta['example']}")
+        if not 1 <= value <= meta["most"]:
+            raise JobSettingError(
+                f"{name}={value!r} is out of range: pass a whole number from 1 to {meta['most']:,}, "
+                f"e.g. {name}={meta['example']}"
+            )
+    elif "below" in meta:
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        if not ok or not 0 <= value < meta["below"]:
+            raise JobSettingError(
+                f"{name}={value!r} is out of range: pass a number from 0 up to {meta['below']:g}, "
+                f"e.g. {name}={meta['example']}"
+            )
+    elif isinstance(f.default, bool):
+        if not isinstance(value, bool):
+            raise JobSettingError(f"{name}={value!r}: pass True or False")
+    elif name == "lora_targets":
+        names = (value,) if isinstance(value, str) else value
+        if not isinstance(names, list | tuple) or not names or not all(isinstance(n, str) and n.strip() for n in names):
+            raise JobSettingError(
+                f"lora_targets={value!r}: pass 'all-linear' or module names, e.g. ['q_proj', 'v_proj']"
+            )
+
+
+def _check_combination(job: TrainingJob) -> None:
+    """The settings make sense together; each error says which one to drop or change."""
+    precision = job.precision
+    weights = job.stored_weights(precision)
+    base = precision.removesuffix("-true")
+    if job.method == "qlora" and weights != "nf4":
+        raise JobSettingError(f"method='qlora' stores weights in nf4; drop weights={weights!r} or use method='lora'")
+    if job.method == "full" and weights in ("int8", "nf4"):
+        raise JobSettingError(f"quantized weights ({weights}) cannot be trained in full: use method='qlora' or 'lora'")
+    if precision.endswith("-true") and weights not in (base, "int8", "nf4"):
+        raise JobSettingError(f"precision={precision!r} stores every weight in {base}; drop weights={weights!r}")
+    if base == "fp32" and weights not in ("fp32", "int8", "nf4"):
+        raise JobSettingError(
+            f"weights={weights!r} with precision='fp32' would upcast every matmul; use precision={weights!r}"
+        )
+
+
+def job_settings(job: TrainingJob | None = None, /, caller: str = "TrainingJob", **settings) -> TrainingJob:
+    """A job from a TrainingJob and/or keywords (keywords win), with `batch_size` read as per_device_batch.
+
+    An unknown keyword is refused with the nearest field's name, not TypeError's bare "unexpected keyword".
+    """
+    for name in ("batch_size", "per_device_batch", "seq_len"):  # None: not given, as these were optional keywords
+        if name in settings and settings[name] is None:
+            del settings[name]
+    if "batch_size" in settings:  # the older spelling of the micro-batch; one figure, one name
+        if "per_device_batch" in settings:
+            raise JobSettingError(
+                f"{caller}() got per_device_batch={settings['per_device_batch']!r} and batch_size="
+                f"{settings['batch_size']!r}, two names for one figure: pass only "
+                f"per_device_batch={settings['per_device_batch']!r}"
+            )
+        settings["per_device_batch"] = settings.pop("batch_size")
+    names = [f.name for f in fields(TrainingJob)]
+    for key in settings:
+        if key not in names:
+            near = difflib.get_close_matches(key, names, n=1)
+            hint = f": did you mean {near[0]}=?" if near else f"; the settings are {', '.join(names)}"
+            raise TypeError(f"{caller}() got an unknown setting {key}={settings[key]!r}{hint}")
+    if job is None:
+        for f in fields(TrainingJob):
+            if f.default is MISSING and f.name not in settings:
+                raise JobSettingError(
+                    f"{caller}() needs {f.metadata['needs']}: pass {f.name}, e.g. {f.name}={f.metadata['example']}"
+                )
+        return TrainingJob(**settings)
+    if not isinstance(job, TrainingJob):
+        raise TypeError(f"{caller}() got {job!r} as its job: pass a helpers.job.TrainingJob, or settings by keyword")
+    return replace(job, **settings) if settings else job
+
+
+# the command line: a flag per field, from the field's name and metadata (`python -m helpers plan`)
+
+
+def add_job_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add a flag for every TrainingJob field to `parser` (--per-device-batch, --seq-len, ...), each checked
+    as it is parsed, so a bad value stops the command with exit code 2 and the fix."""
+    for f in fields(TrainingJob):
+        flag, meta = "--" + f.name.replace("_", "-"), f.metadata
+        if isinstance(f.default, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=meta["help"])
+            continue
+        kind = _parse(f)
+        default = f.metadata.get("cli_default", None if f.default is MISSING else f.default)
+        required = default is None and f.default is MISSING
+        parser.add_argument(
+            flag, dest=f.name, type=kind, default=default, required=required, metavar=_metavar(f), help=_help(f)
+        )
+        if f.name == "per_device_batch":  # its old name, still taken, with a word about the new one
+            parser.add_argument("--batch-size", dest=f.name, type=kind, action=_Renamed, help=argparse.SUPPRESS)
+    group = parser.add_mutually_exclusive_group()  # shorthands for --method
+    group.add_argument("--lora", dest="method", action="store_const", const="lora", help="same as --method lora")
+    group.add_argument("--qlora", dest="method", action="store_const", const="qlora", help="same as --method qlora")
+
+
+class _Renamed(argparse.Action):
+    """A flag's old name: stores the value under the new one and says the new name on stderr."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        new = "--" + self.dest.replace("_", "-")
+        print(f"note: {option_string} is now {new}; the old name still works", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def job_from_arguments(args: argparse.Namespace) -> TrainingJob:
+    """The TrainingJob that parsed flags describe (the flags `add_job_arguments` added)."""
+    return TrainingJob(**{f.name: getattr(args, f.name) for f in fields(TrainingJob)})
+
+
+def _metavar(f) -> str:
+    return "N" if "most" in f.metadata else "P" if "below" in f.metadata else "NAME"
+
+
+def _help(f) -> str:
+    default = f.default if f.default not in (MISSING, None) else None
+    choices = f.metadata.get("choices")
+    shown = f" ({', '.join(choices)})" if choices and len(choices) <= 6 else ""
+    return f.metadata["help"] + shown + (f" (default {default})" if default is not None else "")
+
+
+def _parse(f):
+    """An argparse type for one field: argparse turns its ArgumentTypeError into exit code 2, no traceback."""
+
+    def parse(text: str):
+        value: object = text
+        if "most" in f.metadata:
+            value = int(text) if text.strip().lstrip("+-").isdigit() else text
+        elif "below" in f.metadata:
+            try:
+                value = float(text)
+            except ValueError:
+                pass
+        elif f.name == "lora_targets":
+            value = tuple(t.strip() for t in text.split(",") if t.strip()) or text
+            value = "all-linear" if value == ("all-linear",) else value
+        try:
+            _check_field(f, value)
+        except JobSettingError as e:
+            said = str(e).removeprefix(f"{f.name}=")  # argparse names the flag: "argument --lora-r: 0 is out of range"
+            raise argparse.ArgumentTypeError(
+                said.replace(f"{f.name}=", "--" + f.name.replace("_", "-") + " ")
+            ) from None
+        return value
+
+    parse.__name__ = f.name  # what argparse names in "invalid <name> value"
+    return parse
