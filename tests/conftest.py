@@ -48,8 +48,22 @@ SIMULATED = ("T4", "T4x2")
 ONLY = {"T4": ("01", "03", "04", "05", "07"), "T4x2": ("00", "02", "06", "07", "08")}
 # fixture -> the runs it reads ("cpu": the real machine; a card name: that card simulated;
 # "tiny-model": scripts/build_tiny_model.py's rebuild of the embedded model, under a minute)
-FIXTURES = {"notebook_run": ("cpu",), "simulated_runs": SIMULATED, "rebuilt_tiny_model": ("tiny-model",)}
-NOTEBOOK_FIXTURES = ("notebook_run", "simulated_runs")
+# "08-...": notebook 08 again in a kernel of its own, after the cpu run, by papermill's command line with
+# these parameters: on the cpu run's finished run, unchanged and with one setting changed (as its
+# exercises do), and a run long enough for the lesson's save, disconnect and logging steps
+CAPSTONE_RERUNS = {
+    "08-again": {"smoke": False, "run_name": "capstone-smoke", "max_steps": 4},
+    "08-changed": {"smoke": False, "run_name": "capstone-smoke", "max_steps": 5},
+    "08-long": {"smoke": True, "max_steps": 26, "grad_accum_steps": 1},
+}
+RERUN_CELL_TIMEOUT_S = 300  # a kernel that stops answering fails its test in minutes, not at CI's limit
+FIXTURES = {
+    "notebook_run": ("cpu",),
+    "simulated_runs": SIMULATED,
+    "capstone_reruns": tuple(CAPSTONE_RERUNS),
+    "rebuilt_tiny_model": ("tiny-model",),
+}
+NOTEBOOK_FIXTURES = ("notebook_run", "simulated_runs", "capstone_reruns")
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -117,12 +131,16 @@ def _execute(name: str, session: dict[str, str]) -> NotebookRun:
     for number in only:
         command += ["--only", number]
     environment = _environment(out, session)
+    cwd = REPO
     if name == "tiny-model":
         build = [sys.executable, str(REPO / "scripts" / "build_tiny_model.py"), "--out", str(out)]
         command, only = [*build, "--losses", str(out / "losses.json")], ()
+    if name in CAPSTONE_RERUNS:
+        command, only = _capstone_rerun(name, out, environment), ("08",)
+        cwd = out if name == "08-long" else _runs["cpu"].out / "work" / "08_capstone"  # the cpu run's folder
     start = time.perf_counter()
     with (out / "stdout.txt").open("w+") as stdout, (out / "stderr.txt").open("w+") as stderr:
-        process = subprocess.Popen(command, stdout=stdout, stderr=stderr, env=environment, cwd=REPO)
+        process = subprocess.Popen(command, stdout=stdout, stderr=stderr, env=environment, cwd=cwd)
         _processes.append(process)
         try:
             process.wait(timeout=TIMEOUT_S)
@@ -134,6 +152,17 @@ def _execute(name: str, session: dict[str, str]) -> NotebookRun:
     run.seconds = time.perf_counter() - start
     run.results = {p.stem: json.loads(p.read_text()) for p in sorted((out / "results").glob("*.json"))}
     return run
+
+
+def _capstone_rerun(name: str, out: Path, environment: dict[str, str]) -> list[str]:
+    """papermill's command for one of CAPSTONE_RERUNS; its figures go to out/results/<name>.json."""
+    environment.update(HELPERS_RESULTS_DIR=str(out / "results"), HELPERS_NOTEBOOK=name, HELPERS_HEADLESS="1")
+    notebook = REPO / "notebooks" / "08_capstone.ipynb"
+    return [
+        *(sys.executable, "-m", "papermill", str(notebook), str(out / f"{name}.ipynb")),
+        *("--cwd", ".", "--no-progress-bar", "--execution-timeout", str(RERUN_CELL_TIMEOUT_S)),
+        *("-y", json.dumps(CAPSTONE_RERUNS[name])),
+    ]
 
 
 def _start(names: list[str]) -> None:
@@ -220,6 +249,12 @@ def ran(figures, notebook_run) -> tuple[dict[str, dict], Path]:
 def rebuilt_tiny_model() -> NotebookRun:
     """scripts/build_tiny_model.py's rebuild of the embedded model, in `out` (in the background lane)."""
     return _wait("tiny-model")
+
+
+@pytest.fixture(scope="session")
+def capstone_reruns() -> dict[str, NotebookRun]:
+    """Notebook 08 run again by papermill (CAPSTONE_RERUNS), by name; each executed copy in out/<name>.ipynb."""
+    return {name: _wait(name) for name in CAPSTONE_RERUNS}
 
 
 @pytest.fixture(scope="session")

@@ -6,8 +6,8 @@ disconnect. Run again on the finished run, as after a later disconnect, it must 
 report the same final loss from the adapter it reloads; run again with one setting changed, as the
 exercises do, it must train a new run in a folder beside it and leave the first one as it was.
 
-They read the suite's one smoke run of every notebook (tests/conftest.py; `KIT_ONLY="08"` runs only
-this one); `--smoke` makes them use the embedded tiny model and 4 optimizer steps.
+They read the suite's one smoke run of every notebook and its three reruns of this one (tests/conftest.py;
+`KIT_ONLY="08"` runs only this one); `--smoke` makes them use the embedded tiny model and 4 optimizer steps.
 """
 
 import json
@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 from notebook_results import outputs_text, source_cells
 
-from helpers.maintainer.notebooks import NOTEBOOKS_DIR
 from helpers.manifest import load_manifest
 from helpers.resume import check_checkpoint, list_checkpoints
 
@@ -76,42 +75,17 @@ def test_08_resumed_from_a_checkpoint_after_the_disconnect(ran):
     assert checkpoints[0].name == f"checkpoint-{r['final_step']}"
 
 
-# a cell's limit in the runs below: a kernel that stops answering (a lost message: seen once in a
-# widget cell on a loaded machine) fails its test within minutes instead of holding CI to its limit
-CELL_TIMEOUT_S = 300
+def rerun(capstone_reruns, name):
+    """One of the suite's reruns of 08 (tests/conftest.py, CAPSTONE_RERUNS): (its figures, its printed text)."""
+    run = capstone_reruns[name]
+    assert run.returncode == 0, run.printed[-5000:]
+    return run.results[name], outputs_text(run.out / f"{name}.ipynb")
 
 
-def execute_08(tmp_path, monkeypatch, name, cwd, parameters):
-    """Run 08 in a kernel of its own as `name`, its figures in tmp_path; (its figures, its printed text)."""
-    import papermill as pm
-
-    monkeypatch.setenv("HELPERS_RESULTS_DIR", str(tmp_path))
-    monkeypatch.setenv("HELPERS_NOTEBOOK", name)
-    pm.execute_notebook(
-        str(NOTEBOOKS_DIR / f"{NB08}.ipynb"),
-        str(tmp_path / f"{name}.ipynb"),
-        cwd=str(cwd),
-        parameters=parameters,
-        kernel_name="python3",
-        progress_bar=False,
-        execution_timeout=CELL_TIMEOUT_S,
-    )
-    return json.loads((tmp_path / f"{name}.json").read_text()), outputs_text(tmp_path / f"{name}.ipynb")
-
-
-def run_again(ran, tmp_path, monkeypatch, name, **parameters):
-    """08 run once more in the smoke run's folder; (its figures, its printed text).
-
-    Not a smoke run, so the folder is kept: run_name points it at the smoke run's finished one (4 steps).
-    """
-    parameters = {"smoke": False, "run_name": "capstone-smoke", "max_steps": 4} | parameters
-    return execute_08(tmp_path, monkeypatch, name, ran[1] / "work" / NB08, parameters)
-
-
-def test_08_run_again_on_the_finished_run_trains_nothing(ran, tmp_path, monkeypatch):
+def test_08_run_again_on_the_finished_run_trains_nothing(ran, capstone_reruns):
     """The notebook run a second time on the same folder, as a student would after a later disconnect."""
     first = ran[0][NB08]
-    again, text = run_again(ran, tmp_path, monkeypatch, "again")
+    again, text = rerun(capstone_reruns, "08-again")
     assert f"this run trains in {first['output_dir']}: the same settings as its checkpoints" in text
     assert "ends a finished run (step 4 of 4)" in text
     assert again["output_dir"] == first["output_dir"] and again["final_step"] == 4 and again["train_seconds"] == 0
@@ -121,13 +95,13 @@ def test_08_run_again_on_the_finished_run_trains_nothing(ran, tmp_path, monkeypa
     assert again["final_loss"] == first["final_loss"], "the report must evaluate the finished run's adapter"
 
 
-def test_08_a_changed_setting_trains_a_new_run_beside_the_finished_one(ran, tmp_path, monkeypatch):
+def test_08_a_changed_setting_trains_a_new_run_beside_the_finished_one(ran, capstone_reruns):
     """The exercise on a finished run: max_steps raised, by one step (4 -> 5), is another run, trained from step 0.
 
     Going on from the finished run would train 1 step, the old notebook trained none ("nothing left to train").
     """
     first = ran[0][NB08]
-    second, text = run_again(ran, tmp_path, monkeypatch, "changed", max_steps=5)
+    second, text = rerun(capstone_reruns, "08-changed")
     new = f"{first['output_dir']}-2"
     assert "capstone-smoke holds a run with other settings: max_steps 4 -> 5\n" in text
     assert f"this run trains in {new}: a new run (no checkpoint there yet)" in text
@@ -169,11 +143,9 @@ def test_08_the_adapter_is_saved_alone_reloaded_to_the_same_answer_and_merged(ra
     assert measured == r["merged_bytes"] and abs(estimated - measured) / measured < 0.05
 
 
-@pytest.mark.slow
-def test_08_the_resume_rows_exist_on_the_lessons_own_logging(tmp_path, monkeypatch):
+def test_08_the_resume_rows_exist_on_the_lessons_own_logging(capstone_reruns):
     """A run long enough for the lesson's save_steps 20, disconnect 22 and logging_steps 10 (the 7B's path)."""
-    parameters = {"smoke": True, "max_steps": 26, "grad_accum_steps": 1}
-    r, text = execute_08(tmp_path, monkeypatch, "long", tmp_path, parameters)
+    r, text = rerun(capstone_reruns, "08-long")
     assert r["total_steps"] == 26 and "a 26-step run" not in text, "no override"
     first = {int(k): v for k, v in r["session1_losses"].items()}
     second = {int(k): v for k, v in r["session2_losses"].items()}
