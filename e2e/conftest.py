@@ -76,8 +76,9 @@ def lab(browser_paths):
     for notebook in (ROOT / "notebooks").glob("*.ipynb"):
         shutil.copy(notebook, root / notebook.name)
     port, token = _free_port(), secrets.token_hex(16)
-    env = dict(
-        os.environ,
+    # a browser shows these kernels: the widgets the root conftest.py turns off for headless runs are wanted here
+    env = {k: v for k, v in os.environ.items() if k != "HELPERS_HEADLESS"}
+    env.update(
         HF_HUB_OFFLINE="1",
         WANDB_MODE="offline",
         WANDB_DIR=str(root),
