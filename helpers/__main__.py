@@ -159,7 +159,7 @@ def _export_arguments(exp: argparse.ArgumentParser) -> None:
 
 
 def _plan_arguments(pln: argparse.ArgumentParser) -> None:
-    from helpers.job import add_job_arguments
+    from helpers.job_flags import add_job_arguments
 
     pln.add_argument(
         "--model",
@@ -306,7 +306,7 @@ def _notebooks(args) -> int:
 def _plan(args) -> int:
     """Print the estimate for the job as asked, whether it fits, and the plan that makes it fit."""
     from helpers.catalog import describe_card, model_notes
-    from helpers.job import job_from_arguments
+    from helpers.job_flags import job_from_arguments
     from helpers.plan import assumed_stack, format_plan, plan
 
     gpu = args.gpu  # a card name, or GiB as a float (_card)
@@ -322,7 +322,7 @@ def _plan(args) -> int:
         f"{s['method']}, {s['precision']}, per-device batch {s['per_device_batch']} x {s['seq_len']} tokens, "
         f"checkpointing {'on' if s['checkpointing'] else 'off'}, optimizer {s['optimizer']}, loop {s['loop']}"
     )
-    print("\n".join([*model_notes(args.model, args.seq_len), assumed_stack(asked), asked.table()]))
+    print("\n".join([*model_notes(args.model), assumed_stack(asked), asked.table()]))
     shown = {"fits": "yes", "borderline": "borderline (within the estimator's known error)", "does not fit": "no"}
     print(f"fits {describe_card(gpu)}: {shown[steps[0].verdict]}")
     print(f"  {asked.verdict_line(gpu)}\n")

@@ -176,28 +176,20 @@ def _variant_note(asked: str, name: str, variant: str) -> str:
 _SHAPE_WORDS = {"vocab": "vocabulary", "layers": "layer count", "hidden": "hidden size"}
 
 
-def model_notes(model, seq_len: int | None = None) -> list[str]:
+def model_notes(model) -> list[str]:
     """What a plan should say about the model it was asked for: the catalog entry a name was read as
-    (`resolve_model`), and a seq_len beyond the context the model was trained for. Empty for a config
-    or a name the catalog does not know.
+    (`resolve_model`), with how it differs. Empty for a config or a name the catalog does not know. A
+    seq_len past the model's trained context is the estimate's own note (`Estimate.context_note`).
 
     Example:
-        >>> model_notes("Llama-3-8B", seq_len=16384)[-1]
-        'seq_len 16,384 is beyond the 8,192 tokens Llama-3-8B was trained for: past them its outputs degrade'
+        >>> model_notes("Llama-3-8B")[0][:71]
+        "Llama-3-8B (meta-llama/Meta-Llama-3-8B) has the shapes of the catalog's"
     """
     try:
         match = resolve_model(model) if isinstance(model, str) else None
     except ValueError:
         return []
-    if match is None:
-        return []
-    notes = [match.note] if match.note else []
-    if seq_len is not None and match.context and seq_len > match.context:
-        notes.append(
-            f"seq_len {seq_len:,} is beyond the {match.context:,} tokens {match.variant or match.name} was trained "
-            "for: past them its outputs degrade"
-        )
-    return notes
+    return [match.note] if match is not None and match.note else []
 
 
 def nearest_models(name: str, n: int = 3) -> list[str]:

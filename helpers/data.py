@@ -17,7 +17,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from helpers import _chat_rows
+from helpers._chat_rows import ChatDataError, SeqLenTooShort
+
 __all__ = [
+    "ChatDataError",
+    "SeqLenTooShort",
     "DATASET_PATH",
     "IGNORE_INDEX",
     "chat_dataset",
@@ -102,11 +107,11 @@ def chat_prompt(tokenizer, instruction: str) -> str:
     """`instruction` as a user turn in the model's chat format, ending where the assistant's answer begins.
 
     What the model is asked at generation time, and what `chat_features` masks out of the loss.
-    Taught in notebook 08.
+    Taught in notebook 08. ChatDataError unless `instruction` is a str with some text in it.
     """
     _check_chat_template(tokenizer)
-    turn = [{"role": "user", "content": instruction}]
-    return tokenizer.apply_chat_template(turn, tokenize=False, add_generation_prompt=True)
+    _chat_rows.check_text("instruction", instruction)
+    return _render(tokenizer, [{"role": "user", "content": instruction}], add_generation_prompt=True)
 
 
 def chat_features(tokenizer, instruction: str, response: str, seq_len: int) -> dict[str, list[int]]:
@@ -123,47 +128,123 @@ def chat_features(tokenizer, instruction: str, response: str, seq_len: int) -> d
 
     Returns:
         {"input_ids", "attention_mask", "labels"}, lists of the same length (at most `seq_len`).
+
+    Raises:
+        ChatDataError: `instruction` or `response` is not a str with some text in it.
+        SeqLenTooShort: the prompt fills `seq_len`, leaving no answer token (its loss would be 0 / 0).
     """
-    prompt = chat_prompt(tokenizer, instruction)
+    _check_seq_len(seq_len)
+    _check_chat_template(tokenizer)
+    _chat_rows.check_text("instruction", instruction)
+    _chat_rows.check_text("response", response)
     turns = [{"role": "user", "content": instruction}, {"role": "assistant", "content": response}]
-    whole = tokenizer.apply_chat_template(turns, tokenize=False)
+    features, prompt_len = _features(tokenizer, turns, seq_len)
+    if not _trains(features):
+        raise SeqLenTooShort(
+            f"the prompt is {prompt_len} tokens, so seq_len={seq_len} leaves no answer token to train on; use a "
+            f"seq_len above {prompt_len}",
+            seq_len,
+            prompt_len,
+            prompt_len,
+        )
+    return features
+
+
+def chat_dataset(rows, tokenizer, seq_len: int):
+    """`rows` as `chat_features` conversations, the loss on the answers only, ready for the Trainer.
+
+    Taught in notebook 08. `rows` is a `datasets.Dataset`, a list of dicts or a dict of lists, with
+    "instruction" and "response" columns or a "messages" column ([{"role", "content"}, ...]: system
+    turns first if any, then user and assistant in turn; the loss counts every assistant turn).
+    Every row is checked before any tokenizing: a value that is not text (None, a number, an empty
+    or blank str), a missing column or turns out of order raise ChatDataError naming the row.
+
+    A row whose prompt fills all of `seq_len` has no answer token left to learn from (its loss would
+    be 0 / 0): it is dropped, and a line says how many were; when every row would be, SeqLenTooShort
+    says so (its `shortest_prompt`: seq_len must be above it). Pad the batches with
+    `transformers.DataCollatorForSeq2Seq(tokenizer)`: it pads the labels with -100.
+
+    Example:
+        >>> train = chat_dataset(load_course_data(), tokenizer, seq_len=512)  # doctest: +SKIP
+        >>> turns = [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}]
+        >>> train = chat_dataset([{"messages": turns}], tokenizer, seq_len=512)  # doctest: +SKIP
+    """
+    from datasets import Dataset
+
+    _check_seq_len(seq_len)
+    _check_chat_template(tokenizer)
+    conversations = _chat_rows.read_conversations(rows, tokenizer)  # every row checked, nothing tokenized yet
+    built = [_features(tokenizer, turns, seq_len) for turns in conversations]
+    kept = [features for features, _ in built if _trains(features)]
+    prompts = [prompt_len for _, prompt_len in built]
+    if not kept:
+        raise SeqLenTooShort(
+            f"all {len(built)} examples would be dropped: the shortest prompt is {min(prompts)} tokens, so "
+            f"seq_len={seq_len} leaves no answer token to train on in any; use a seq_len above {min(prompts)} "
+            f"(above {max(prompts)}, the longest prompt, keeps every row)",
+            seq_len,
+            min(prompts),
+            max(prompts),
+        )
+    if len(kept) < len(built):
+        print(
+            f"{len(built) - len(kept)} of {len(built)} examples dropped: their prompt fills all of "
+            f"seq_len={seq_len}, leaving no answer token to train on (a larger seq_len keeps them: the longest "
+            f"prompt is {max(prompts)} tokens)"
+        )
+    return Dataset.from_list(kept)
+
+
+def _features(tokenizer, turns, seq_len):
+    """(features of one checked conversation, the prompt's tokens before its first answer token).
+
+    Each assistant turn's text is what rendering the conversation up to it adds after the prompt that
+    opens it (add_generation_prompt=True); the rest is prompt. Each piece is tokenized apart.
+    """
+    ids, labels, done, first_prompt = [], [], "", None
+    for i, turn in enumerate(turns):
+        if turn["role"] != "assistant":
+            continue
+        prompt = _render(tokenizer, turns[:i], add_generation_prompt=True)
+        whole = _render(tokenizer, turns[: i + 1])
+        _check_prefixes(tokenizer, done, prompt, whole)
+        asked = tokenizer(prompt[len(done) :], add_special_tokens=False)["input_ids"]
+        answer = tokenizer(whole[len(prompt) :], add_special_tokens=False)["input_ids"]
+        ids += asked + answer
+        labels += [IGNORE_INDEX] * len(asked) + answer
+        first_prompt = len(asked) if first_prompt is None else first_prompt
+        done = whole
+    ids, labels = ids[:seq_len], labels[:seq_len]
+    return {"input_ids": ids, "attention_mask": [1] * len(ids), "labels": labels}, first_prompt
+
+
+def _trains(features) -> bool:
+    # the model predicts token t from those before it, so a label at position 0 never counts
+    return any(label != IGNORE_INDEX for label in features["labels"][1:])
+
+
+def _check_prefixes(tokenizer, done, prompt, whole):
     if not whole.startswith(prompt):
         raise ValueError(
             f"{_name(tokenizer)}'s chat template renders a conversation that does not start with its own generation "
             f"prompt ({prompt[-40:]!r} is not where {whole[:80]!r}... begins), so the prompt cannot be masked off the "
             "answer: use a template whose add_generation_prompt=True output opens the assistant's turn"
         )
-    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    answer_ids = tokenizer(whole[len(prompt) :], add_special_tokens=False)["input_ids"]
-    input_ids = (prompt_ids + answer_ids)[:seq_len]
-    labels = ([IGNORE_INDEX] * len(prompt_ids) + answer_ids)[:seq_len]
-    return {"input_ids": input_ids, "attention_mask": [1] * len(input_ids), "labels": labels}
+    if not prompt.startswith(done):
+        raise ValueError(
+            f"{_name(tokenizer)}'s chat template renders the earlier turns differently once another follows "
+            f"({done[-40:]!r} is not where {prompt[:80]!r}... begins), so the answers cannot be cut apart: give "
+            "one user turn and its answer a row (split each conversation at its assistant turns)"
+        )
 
 
-def chat_dataset(rows, tokenizer, seq_len: int):
-    """`rows` (with "instruction" and "response") as `chat_features` conversations, ready for the Trainer.
+def _render(tokenizer, turns, add_generation_prompt=False) -> str:
+    return tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=add_generation_prompt)
 
-    Taught in notebook 08. A row whose prompt fills all of `seq_len` has no answer token left to
-    learn from (its loss would be 0 / 0): it is dropped, and a line says how many were. Pad the
-    batches with `transformers.DataCollatorForSeq2Seq(tokenizer)`: it pads the labels with -100.
 
-    Example:
-        >>> train = chat_dataset(load_course_data(), tokenizer, seq_len=512)  # doctest: +SKIP
-    """
+def _check_seq_len(seq_len) -> None:
     if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1:
         raise ValueError(f"seq_len is the number of tokens per example, a positive int such as 512; got {seq_len!r}")
-    _check_chat_template(tokenizer)
-    features = rows.map(
-        lambda row: chat_features(tokenizer, row["instruction"], row["response"], seq_len),
-        remove_columns=rows.column_names,
-    )
-    kept = features.filter(lambda row: any(label != IGNORE_INDEX for label in row["labels"]))
-    if len(kept) < len(features):
-        print(
-            f"{len(features) - len(kept)} of {len(features)} examples dropped: their prompt fills all of "
-            f"seq_len={seq_len}, leaving no answer token to train on (a larger seq_len keeps them)"
-        )
-    return kept
 
 
 def _check_chat_template(tokenizer) -> None:

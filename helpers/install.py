@@ -11,7 +11,9 @@ what changed and what, if anything, stays broken, with the command that restores
 Some libraries refuse another one at run time rather than in their metadata, which pip cannot
 see: peft 0.21 raises ImportError in `get_peft_model` wherever a torchao older than 0.16 is
 installed, and both runtimes ship 0.10.0. `RUN_TIME_FLOORS` lists them; an installed one below
-its floor is upgraded to that floor in the same pip call.
+its floor is upgraded to that floor in the same pip call. One that pip cannot raise (a constraint, a
+runtime's cap) stops the cell with the cause and the command to run: "Installed." would be false, and
+the notebook would stop later on the library's ImportError.
 """
 
 from __future__ import annotations
@@ -127,6 +129,7 @@ def keep_runtime_working(before: dict[str, str], pip: list[str], *, kit: str = "
     low = _below_floor(versions())
     if low:  # a call of its own, so a cap pip cannot meet below does not keep these back
         _pip(report, pip, [kit] + [f"{name}=={RUN_TIME_FLOORS[name][0]}" for name in low])
+        _floors_met(report, low)
     broken = broken_requirements(before)
     if broken:
         # the dependents at their own versions and their broken requirements, beside the kit: pip
@@ -142,6 +145,23 @@ def keep_runtime_working(before: dict[str, str], pip: list[str], *, kit: str = "
     ]
     _say(report)
     return report
+
+
+def _floors_met(report: Report, low: list[str]) -> None:
+    """RuntimeError naming each library still below its run-time floor, who refuses it, and the command."""
+    now = versions()
+    still = [name for name in _below_floor(now) if name in low]
+    if still:
+        said = "; ".join(
+            f"{name} {now[name]} is below {RUN_TIME_FLOORS[name][0]}, which {RUN_TIME_FLOORS[name][1]} refuses at "
+            "run time (ImportError)"
+            for name in still
+        )
+        command = " ".join(f"{name}=={RUN_TIME_FLOORS[name][0]}" for name in still)
+        raise RuntimeError(
+            f"The kit is installed, but pip could not upgrade what it needs at run time: {said}. Run "
+            f"`!pip install {command}` in a new cell, then this cell again. pip said:\n{report.pip_error[-1500:]}"
+        )
 
 
 def _pip(report: Report, pip: list[str], targets: list[str]) -> None:

@@ -3,7 +3,8 @@
 Taught in notebook 01 (memory anatomy), where the planner's controls set these fields, and used by
 05 (the 7B plan) and 08 (the capstone's job). `TrainingJob` is built by keyword and checked when it
 is made, so a bad value is refused with its fix before any model is read or loaded. The same fields
-become `python -m helpers plan`'s flags (`add_job_arguments`, `job_from_arguments`) and the
+become `python -m helpers plan`'s flags and the exported train.py's (`helpers.job_flags`, which also
+checks the run's schedule: `RUN_SETTINGS`) (`add_job_arguments`, `job_from_arguments`) and the
 planner's controls (`helpers.planner`): a setting added here shows up in all three.
 
 Pure Python: no torch, no network.
@@ -11,10 +12,9 @@ Pure Python: no torch, no network.
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import math
-import sys
+import re
 from dataclasses import MISSING, dataclass, field, fields, replace
 
 __all__ = [
@@ -28,9 +28,10 @@ __all__ = [
     "SEQ_LENS",
     "WEIGHT_FORMATS",
     "JobSettingError",
+    "RUN_SETTINGS",
     "TrainingJob",
-    "add_job_arguments",
-    "job_from_arguments",
+    "check_run_setting",
+    "check_setting",
     "job_settings",
 ]
 
@@ -265,78 +266,72 @@ def job_settings(job: TrainingJob | None = None, /, caller: str = "TrainingJob",
     return replace(job, **settings) if settings else job
 
 
-# the command line: a flag per field, from the field's name and metadata (`python -m helpers plan`)
+# a run's schedule and bookkeeping: the exported train.py's settings (notebook 08's parameters) that are
+# not the job's memory, each checked like a field: name -> (kind, lowest, highest, example); -1 is also
+# taken for max_steps (the Trainer's "the epochs decide")
+RUN_SETTINGS = {
+    "learning_rate": ("rate", 0.0, 1.0, "2e-4"),  # above 0, below 1: AdamW diverges long before 1
+    "tiny_learning_rate": ("rate", 0.0, 1.0, "1e-2"),
+    "num_train_epochs": ("rate", 0.0, 10_000.0, "3"),
+    "max_steps": ("whole", 1, 10**9, "100"),
+    "save_steps": ("whole", 1, 10**9, "20"),
+    "logging_steps": ("whole", 1, 10**9, "10"),
+    "seed": ("whole", 0, 2**32 - 1, "42"),  # numpy's seeds stop at 2**32 - 1
+    "max_new_tokens": ("whole", 1, 2**20, "40"),
+    "disconnect_after_step": ("whole", 1, 10**9, "22"),
+    "run_name": ("name", None, None, "capstone"),
+    "model_id": ("id", None, None, "Qwen/Qwen2.5-7B"),
+    "merge_base_id": ("id", None, None, "Qwen/Qwen2.5-7B"),
+    "hub_repo": ("repo", None, None, "you/qwen-course-adapter"),
+}
+_RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_HUB_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
-def add_job_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add a flag for every TrainingJob field to `parser` (--per-device-batch, --seq-len, ...), each checked
-    as it is parsed, so a bad value stops the command with exit code 2 and the fix."""
-    for f in fields(TrainingJob):
-        flag, meta = "--" + f.name.replace("_", "-"), f.metadata
-        if isinstance(f.default, bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=meta["help"])
-            continue
-        kind = _parse(f)
-        default = f.metadata.get("cli_default", None if f.default is MISSING else f.default)
-        required = default is None and f.default is MISSING
-        parser.add_argument(
-            flag, dest=f.name, type=kind, default=default, required=required, metavar=_metavar(f), help=_help(f)
+def check_run_setting(name: str, value):
+    """`value` for the run setting `name` (RUN_SETTINGS), or JobSettingError naming the value and what works.
+
+    The exported train.py checks every flag with it as the flags are read, before anything is imported
+    or loaded: `--learning-rate nan` stops there, not after the 7B has loaded.
+    """
+    kind, low, high, example = RUN_SETTINGS[name]
+    if kind == "rate":
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        if not ok or not low < value <= high or (name.endswith("learning_rate") and value >= high):
+            bound = f"below {high:g}" if name.endswith("learning_rate") else f"up to {high:,g}"
+            raise JobSettingError(
+                f"{name}={value!r} is out of range: pass a number above {low:g} and {bound}, e.g. {name}={example}"
+            )
+    elif kind == "whole":
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        if not ok or not (low <= value <= high or (name == "max_steps" and value == -1)):
+            also = " (or -1: the epochs decide)" if name == "max_steps" else ""
+            raise JobSettingError(
+                f"{name}={value!r} is out of range: pass a whole number from {low} to {high:,}{also}, "
+                f"e.g. {name}={example}"
+            )
+    elif kind == "name" and not (isinstance(value, str) and _RUN_NAME.fullmatch(value)):
+        raise JobSettingError(
+            f"{name}={value!r} cannot name a run folder: use letters, digits, '.', '_' and '-' (no '/', no spaces, "
+            f"not starting with '.' or '-'), e.g. {name}={example!r}"
         )
-        if f.name == "per_device_batch":  # its old name, still taken, with a word about the new one
-            parser.add_argument("--batch-size", dest=f.name, type=kind, action=_Renamed, help=argparse.SUPPRESS)
-    group = parser.add_mutually_exclusive_group()  # shorthands for --method
-    group.add_argument("--lora", dest="method", action="store_const", const="lora", help="same as --method lora")
-    group.add_argument("--qlora", dest="method", action="store_const", const="qlora", help="same as --method qlora")
+    elif kind == "id" and not (isinstance(value, str) and value.strip() and value == value.strip()):
+        raise JobSettingError(f"{name}={value!r}: pass a Hub id or a folder, e.g. {name}={example!r}")
+    elif kind == "repo" and not (value == "" or isinstance(value, str) and _HUB_REPO.fullmatch(value)):
+        raise JobSettingError(
+            f"{name}={value!r} is not a Hub repo id: pass your-name/repo-name, e.g. {name}={example!r} (or '' for none)"
+        )
+    return value
 
 
-class _Renamed(argparse.Action):
-    """A flag's old name: stores the value under the new one and says the new name on stderr."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        new = "--" + self.dest.replace("_", "-")
-        print(f"note: {option_string} is now {new}; the old name still works", file=sys.stderr)
-        setattr(namespace, self.dest, values)
-
-
-def job_from_arguments(args: argparse.Namespace) -> TrainingJob:
-    """The TrainingJob that parsed flags describe (the flags `add_job_arguments` added)."""
-    return TrainingJob(**{f.name: getattr(args, f.name) for f in fields(TrainingJob)})
-
-
-def _metavar(f) -> str:
-    return "N" if "most" in f.metadata else "P" if "below" in f.metadata else "NAME"
-
-
-def _help(f) -> str:
-    default = f.default if f.default not in (MISSING, None) else None
-    choices = f.metadata.get("choices")
-    shown = f" ({', '.join(choices)})" if choices and len(choices) <= 6 else ""
-    return f.metadata["help"] + shown + (f" (default {default})" if default is not None else "")
-
-
-def _parse(f):
-    """An argparse type for one field: argparse turns its ArgumentTypeError into exit code 2, no traceback."""
-
-    def parse(text: str):
-        value: object = text
-        if "most" in f.metadata:
-            value = int(text) if text.strip().lstrip("+-").isdigit() else text
-        elif "below" in f.metadata:
-            try:
-                value = float(text)
-            except ValueError:
-                pass
-        elif f.name == "lora_targets":
-            value = tuple(t.strip() for t in text.split(",") if t.strip()) or text
-            value = "all-linear" if value == ("all-linear",) else value
-        try:
-            _check_field(f, value)
-        except JobSettingError as e:
-            said = str(e).removeprefix(f"{f.name}=")  # argparse names the flag: "argument --lora-r: 0 is out of range"
-            raise argparse.ArgumentTypeError(
-                said.replace(f"{f.name}=", "--" + f.name.replace("_", "-") + " ")
-            ) from None
+def check_setting(name: str, value):
+    """`value` for the setting `name`, a TrainingJob field or a RUN_SETTINGS name: returned when it can be used,
+    else JobSettingError naming the value and what works. One check for the notebooks, the estimator,
+    `plan`, the planner, `python -m helpers plan`'s flags and the exported train.py's."""
+    job_fields = {f.name: f for f in fields(TrainingJob)}
+    if name in job_fields:
+        _check_field(job_fields[name], value)
         return value
-
-    parse.__name__ = f.name  # what argparse names in "invalid <name> value"
-    return parse
+    if name in RUN_SETTINGS:
+        return check_run_setting(name, value)
+    raise KeyError(f"{name!r} is neither a TrainingJob field nor a run setting ({', '.join(RUN_SETTINGS)})")

@@ -8,7 +8,8 @@ model (SmolLM2-135M, Qwen2.5-0.5B, a 7B) and gets the tiny one only when
 - the machine has no GPU and the model needs one (`needs_gpu=True`, the default for hub models),
 - or the Hugging Face Hub cannot be reached and the model is not in the local cache.
 
-`helpers.qlora.load_qlora` (notebook 05) chooses its model by the same rules.
+`helpers.qlora.load_qlora` (notebook 05) chooses its model by the same rules. `load_tokenizer` loads
+the tokenizer alone, by the same rules, so a job can check its data before a 7B's weights are read.
 
 Every network call here is bounded in total time (`helpers.env.call_within`): `HUB_TIMEOUT_S` for
 the check that the Hub answers at all, `HUB_METADATA_TIMEOUT_S` for the model's file list,
@@ -41,6 +42,7 @@ __all__ = [
     "is_embedded",
     "load_model",
     "load_pretrained",
+    "load_tokenizer",
 ]
 
 EMBEDDED_DIR = Path(__file__).parent / "assets" / "tiny-llama"
@@ -147,6 +149,31 @@ def load_model(
     return model, tokenizer
 
 
+def load_tokenizer(model_id: str = EMBEDDED_ID, *, smoke: bool = False, needs_gpu: bool = True, revision=None):
+    """The tokenizer `load_model(model_id, ...)` would load, with no weights fetched or read: (tokenizer, source).
+
+    `source` is what the choice fell on (a folder, or the Hub id now in the cache): pass it to
+    `load_model` / `load_qlora` next, and the model is the one this tokenizer belongs to, with no second
+    banner. The exported train.py checks its data with it before the model loads.
+
+    Example:
+        >>> tokenizer, source = load_tokenizer("Qwen/Qwen2.5-7B")  # doctest: +SKIP
+        >>> model, _ = load_qlora(str(source))  # doctest: +SKIP
+    """
+    import torch
+
+    source, offline = choose_source(model_id, smoke=smoke, needs_gpu=needs_gpu, has_gpu=torch.cuda.is_available())
+    why = "" if offline else _fetch(source, revision, weights=False)
+    if why and _in_cache(source):
+        print(f"{why}; using the copy of {source} in the local Hub cache instead")
+    elif why:
+        source = _fall_back(source, why)
+    try:
+        return _tokenizer(source, revision), source
+    except OSError as e:
+        raise ValueError(f"Could not load the tokenizer of {str(source)!r}: {e}\n{LOAD_HINT}") from e
+
+
 def card_dtype():
     """The card's compute precision as a dtype: bf16 at compute capability >= 8.0, fp16 below (a T4), fp32 on CPU.
 
@@ -201,8 +228,9 @@ def _in_cache(model_id: str) -> bool:
         return False
 
 
-def _fetch(model_id: str, revision: str | None) -> str:
-    """Download the files from_pretrained reads into the Hub cache: "" when done, else why not.
+def _fetch(model_id: str, revision: str | None, *, weights: bool = True) -> str:
+    """Download the files from_pretrained reads into the Hub cache (without the weights: config and
+    tokenizer alone): "" when done, else why not.
 
     Each step is bounded in total time: 1. the file list (`HUB_METADATA_TIMEOUT_S`); 2. the config,
     tokenizer and weights files (`HUB_DOWNLOAD_TIMEOUT_S` for all). The library's own calls carry no
@@ -221,7 +249,8 @@ def _fetch(model_id: str, revision: str | None) -> str:
     try:
         api = HfApi(endpoint=endpoint, token=token)
         info = call_within(HUB_METADATA_TIMEOUT_S, api.model_info, model_id, revision=revision)
-        call_within(HUB_DOWNLOAD_TIMEOUT_S, download_all, _files_to_fetch([s.rfilename for s in info.siblings or ()]))
+        files = _files_to_fetch([s.rfilename for s in info.siblings or ()], weights=weights)
+        call_within(HUB_DOWNLOAD_TIMEOUT_S, download_all, files)
     except HfHubHTTPError as e:
         status = getattr(getattr(e, "response", None), "status_code", None)
         if status is not None and status < 500 and status != 429:  # it answered: no such model, or a token needed
@@ -234,9 +263,11 @@ def _fetch(model_id: str, revision: str | None) -> str:
     return ""
 
 
-def _files_to_fetch(names: list[str]) -> list[str]:
+def _files_to_fetch(names: list[str], *, weights: bool = True) -> list[str]:
     """The repository's top-level config and tokenizer files and one copy of the weights (safetensors first)."""
     top = [n for n in names if "/" not in n]
+    if not weights:
+        return [n for n in top if n.endswith(HUB_FILE_SUFFIXES)]
     # "consolidated" safetensors are a second copy of the weights, in Mistral's own layout
     weights = [n for n in top if n.endswith(".safetensors") and not n.startswith("consolidated")]
     weights = weights or [n for n in top if n.startswith("pytorch_model") and n.endswith(".bin")]
@@ -277,7 +308,7 @@ def load_pretrained(source, *, dtype, revision, local_only: bool, **model_kwargs
 
 def _load_local(source, *, dtype, revision, **model_kwargs):
     """from_pretrained on files already on disk (a folder, or the Hub cache): no network at all."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     kwargs = dict(revision=revision, local_files_only=True)
@@ -285,18 +316,26 @@ def _load_local(source, *, dtype, revision, **model_kwargs):
     # gives up on a server that does not answer) unless the adapter lookup is told so as well
     adapter = {"adapter_kwargs": {"local_files_only": True}}
     # a progress bar over the embedded model's few tiny tensors is noise in every notebook
-    quiet = source == EMBEDDED_DIR and hf_logging.is_progress_bar_enabled()
+    quiet = Path(source).resolve() == EMBEDDED_DIR.resolve() and hf_logging.is_progress_bar_enabled()
     if quiet:
         hf_logging.disable_progress_bar()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+        tokenizer = _tokenizer(source, revision)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs, **adapter, **model_kwargs)
     finally:
         if quiet:
             hf_logging.enable_progress_bar()
-    if tokenizer.pad_token is None:  # many base models ship without one; the Trainer needs it
-        tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer
+
+
+def _tokenizer(source, revision):
+    """The tokenizer from files on disk, with a pad token (many base models ship without one; the Trainer needs it)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(source, revision=revision, local_files_only=True)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
 
 
 def _banner(model_id: str, reason: str) -> None:

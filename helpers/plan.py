@@ -221,13 +221,18 @@ _SLOWER = "slower steps; the same effective batch and result"
 
 
 def format_plan(steps: list[PlanStep], gpu) -> str:
-    """The plan as plain text: one line per step with the predicted total against the card and what it costs."""
+    """The plan as plain text: one line per step with the predicted total against the card and what it costs.
+
+    A step past a rotary model's trained context is marked with * and the note below the ladder says
+    what that means (`Estimate.context_note`): the memory holds, the model's quality does not."""
     header = f"{'step':32} {'predicted total':>16}  {'fits':10}  what it does (what it costs)"
     lines = [f"card: {describe_card(gpu)}", header]
     shown = {"fits": "yes", "borderline": "borderline", "does not fit": "no"}
     for s in steps:
         said = f"{s.why} (cost: {s.cost})" if s.cost else s.why
-        lines.append(f"{s.technique:32} {s.estimate.total / GIB:12.2f} GiB  {shown[s.verdict]:10}  {said}")
+        fits = shown[s.verdict] + ("*" if s.estimate.context_note else "")
+        lines.append(f"{s.technique:32} {s.estimate.total / GIB:12.2f} GiB  {fits:10}  {said}")
+    lines += [f"* {note}" for note in dict.fromkeys(s.estimate.context_note for s in steps) if note]
     if steps[-1].verdict == "borderline":
         lines.append(
             f"Borderline: the last step is within {SAFETY_MARGIN[steps[-1].estimate.settings['method']]:.0%} "

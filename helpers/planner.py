@@ -84,11 +84,12 @@ def _segments(e, loading: bool = False) -> dict[str, int]:
     }
 
 
-def _said(model, gpu, steps, seq_len: int) -> str:
-    """What the planner says under the bill: the verdict first, what the name was read as, the stack
-    the verdict assumes, and the ladder when the job does not fit as asked."""
+def _said(model, gpu, steps) -> str:
+    """What the planner says under the bill: the verdict first (with a seq_len past the model's trained
+    context, `Estimate.context_note`), what the name was read as, the stack the verdict assumes, and the
+    ladder when the job does not fit as asked."""
     asked = steps[0].estimate
-    lines = [asked.verdict_line(gpu), *model_notes(model, seq_len), assumed_stack(asked)]
+    lines = [asked.verdict_line(gpu), *model_notes(model), assumed_stack(asked)]
     if len(steps) > 1 or not steps[0].fits:
         lines += ["", "What makes it fit, cheapest first (each step keeps the ones above it):", format_plan(steps, gpu)]
     return "\n".join(lines)
@@ -102,8 +103,7 @@ def planner_text(model, gpu="T4", **settings) -> str:
         >>> print(planner_text("Llama-3-8B", "T4", per_device_batch=1, seq_len=2048))  # doctest: +SKIP
     """
     steps = _plan(model, gpu, settings)
-    seq_len = steps[0].estimate.settings["seq_len"]
-    return f"{model} on {describe_card(gpu)}\n{steps[0].estimate.table()}\n{_said(model, gpu, steps, seq_len)}"
+    return f"{model} on {describe_card(gpu)}\n{steps[0].estimate.table()}\n{_said(model, gpu, steps)}"
 
 
 def planner_figure(model, gpu="T4", **settings):
@@ -233,7 +233,7 @@ def _widgets(widgets, model, gpu, start: dict):
             png = io.BytesIO()
             _figure(steps[0].estimate, name, card).savefig(png, format="png", dpi=90)
             display(Image(data=png.getvalue()))
-            print(_said(name, card, steps, values["seq_len"]))
+            print(_said(name, card, steps))
 
     for control in controls.values():
         control.style.description_width = "initial"  # "per-device batch" whole, not cut to fit

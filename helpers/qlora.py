@@ -5,7 +5,8 @@ Taught in notebook 05 (QLoRA) and used by notebook 08 (capstone):
 - `load_qlora(model_id)` chooses the model as `helpers.models.load_model` does (the embedded tiny
   model, with its banner, for a smoke run, a machine without a GPU or without the Hub), loads it in
   4-bit NF4 (quantized while loading, or a bitsandbytes 4-bit checkpoint as saved) and puts a LoRA
-  adapter on it, ready for the Trainer;
+  adapter on it, ready for the Trainer; given a trained adapter's folder (a run's final/), it loads
+  that adapter's base the same way and the trained adapter on it, to evaluate or train on;
 - `save_quantized(model_id, out)` quantizes a model to 4-bit NF4 once and saves that copy (a 7B:
   about 5.5 GB instead of 15.2 GB in bf16), for `load_qlora(out)` to load as saved;
 - `disable_cpu_repacking(model)` is the CPU workaround `load_qlora` applies, for a 4-bit model
@@ -29,7 +30,7 @@ from pathlib import Path
 from helpers._prequantized import saved_4bit
 from helpers._util import MIB, quiet_libraries
 from helpers.footprint import measure_footprint
-from helpers.models import EMBEDDED_ID, card_dtype, choose_source, load_pretrained
+from helpers.models import EMBEDDED_DIR, EMBEDDED_ID, card_dtype, choose_source, is_embedded, load_pretrained
 
 __all__ = ["add_adapter", "disable_cpu_repacking", "load_qlora", "save_quantized"]
 
@@ -66,6 +67,11 @@ def load_qlora(
     On CPU the bitsandbytes AVX512-BF16 repacking is switched off (`disable_cpu_repacking`): left
     on, one eval-mode forward makes every later LoRA gradient wrong.
 
+    A folder holding a trained adapter (adapter_config.json: a run's final/, `save_pretrained`'s output)
+    loads as that adapter on its base (adapter_config.json's base_model_name_or_path, chosen and quantized
+    as above): trainable, with its own rank and targets, so `r`, `alpha`, `dropout` and `target_modules`
+    are not used. Never a fresh adapter on top of a trained one.
+
     Checkpointing is on in the model itself (`model.is_activation_checkpointing`). Pass
     `activation_checkpointing=True` to TrainingArguments as well: it changes nothing in memory,
     but the run's manifest and `audit` read the setting from there.
@@ -100,15 +106,19 @@ def load_qlora(
         raise ValueError(f"dropout is a probability in [0, 1); got dropout={dropout!r} (0.05 is usual)")
     _import_qlora_libraries()
     has_gpu = torch.cuda.is_available()
-    # 1. the model, chosen as load_model chooses it
-    source, offline = choose_source(model_id, smoke=smoke, needs_gpu=needs_gpu, has_gpu=has_gpu)
+    trained, base_id = _trained_adapter(model_id)
+    # 1. the model, chosen as load_model chooses it (a trained adapter's: its base)
+    source, offline = choose_source(base_id or model_id, smoke=smoke, needs_gpu=needs_gpu, has_gpu=has_gpu)
     # 2. every linear but the head in 4-bit NF4
     model, tokenizer = _load_4bit(source, has_gpu=has_gpu, revision=revision, offline=offline)
     disable_cpu_repacking(model)
-    # 3. and 4. the frozen base prepared for training, the adapter on top
-    model = add_adapter(
-        model, r=r, alpha=alpha, dropout=dropout, target_modules=target_modules, checkpointing=checkpointing
-    )
+    # 3. and 4. the frozen base prepared for training, the adapter on top (the trained one, if given)
+    if trained:
+        model = _trained_on(model, trained, base_id, checkpointing)
+    else:
+        model = add_adapter(
+            model, r=r, alpha=alpha, dropout=dropout, target_modules=target_modules, checkpointing=checkpointing
+        )
     # 5. what it all holds
     print(measure_footprint(model))
     return model, tokenizer
@@ -185,11 +195,18 @@ def _compute_in(model, dtype) -> None:
 
 def add_adapter(model, *, r: int, alpha: int, dropout: float, target_modules, checkpointing: bool):
     """Freeze the 4-bit base for training (peft's k-bit preparation) and put a LoRA adapter on it."""
-    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+    from peft import LoraConfig, get_peft_model
 
     adapter = LoraConfig(
         r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules, bias="none", task_type="CAUSAL_LM"
     )
+    return _prepared(model, checkpointing, lambda m: get_peft_model(m, adapter))
+
+
+def _prepared(model, checkpointing: bool, adapt):
+    """peft's k-bit preparation of `model` (frozen base, fp32 norms, checkpointing), then `adapt(model)`."""
+    from peft import prepare_model_for_kbit_training
+
     with warnings.catch_warnings():  # peft calls transformers' old checkpointing names; not the student's doing
         warnings.filterwarnings(
             "ignore", r".*(gradient_checkpointing_enable|is_gradient_checkpointing).*", FutureWarning
@@ -199,7 +216,44 @@ def add_adapter(model, *, r: int, alpha: int, dropout: float, target_modules, ch
         )
         if checkpointing:
             model.config.use_cache = False  # a cache is useless in training and conflicts with checkpointing
-        return get_peft_model(model, adapter)
+        return adapt(model)
+
+
+def _trained_adapter(model_id) -> tuple[Path | None, str | None]:
+    """(the folder, its base model) when `model_id` is a folder holding a trained adapter; (None, None) otherwise."""
+    import json
+
+    folder = Path(model_id) if isinstance(model_id, str) and model_id.strip() else None
+    if folder is None or not (folder / "adapter_config.json").is_file():
+        return None, None
+    try:
+        base = json.loads((folder / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError) as e:
+        raise ValueError(f"{folder / 'adapter_config.json'} cannot be read ({type(e).__name__}): save it again") from e
+    if not isinstance(base, str) or not base.strip():
+        raise ValueError(
+            f"{folder / 'adapter_config.json'} names no base model (base_model_name_or_path): set it to the model "
+            'the adapter was trained on, e.g. "Qwen/Qwen2.5-7B"'
+        )
+    # the embedded model, trained on from another clone or machine: its folder by name
+    if not Path(base).is_dir() and Path(base).parts[-3:] == EMBEDDED_DIR.parts[-3:]:
+        base = EMBEDDED_ID
+    return folder, base
+
+
+def _trained_on(model, folder: Path, base_id: str, checkpointing: bool):
+    """The trained adapter in `folder` on `model` (its base, loaded in 4-bit), trainable; refused on another model."""
+    from peft import PeftModel
+
+    if is_embedded(model) and not (base_id == EMBEDDED_ID or Path(base_id).resolve() == EMBEDDED_DIR.resolve()):
+        raise ValueError(
+            f"the adapter in {folder} was trained on {base_id}, and the embedded tiny model was loaded in its place "
+            f"(the banner above says why), so it cannot go on it: load it where {base_id} can be loaded"
+        )
+    model = _prepared(model, checkpointing, lambda m: PeftModel.from_pretrained(m, str(folder), is_trainable=True))
+    config = model.peft_config["default"]
+    print(f"the trained adapter in {folder} (rank {config.r}, alpha {config.lora_alpha}) on {base_id}")
+    return model
 
 
 def save_quantized(model_id: str, out, *, smoke: bool = False, revision: str | None = None) -> Path:

@@ -42,17 +42,15 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
-import struct
-import zipfile
 from pathlib import Path
 
+from helpers._checkpoint_files import check_torch_file, check_weights
 from helpers._checkpoint_fit import check_fit
 from helpers._checksums import sha256_file
 from helpers.manifest import MANIFEST_NAME
+from helpers.run_folder import CHECKPOINT_RE
 
-CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")  # transformers' PREFIX_CHECKPOINT_DIR + "-<step>"
 TRAINER_STATE = "trainer_state.json"
 # any one of these holds the weights: a full model, a peft adapter, or a sharded model's index
 WEIGHT_FILES = (
@@ -115,7 +113,8 @@ def check_checkpoint(folder: str | os.PathLike, *, for_resume: bool = True, mode
     Never raises for a malformed checkpoint: whatever cannot be read is one of the problems.
 
     Args:
-        folder: a `checkpoint-N` folder the Trainer wrote.
+        folder: a `checkpoint-N` folder the Trainer wrote (or `save_pretrained`'s folder, such as a run's
+            final/ adapter: whole when its weights are, for loading; never one to resume).
         for_resume: also require the optimizer and scheduler states (needed to resume training;
             not needed to load the weights for evaluation).
         model: the model the checkpoint is for (a peft model or a plain one): its tensors' names
@@ -192,22 +191,35 @@ def _inspect(folder: Path, for_resume: bool, model=None) -> tuple[list[str], str
 
 def _structure(folder: Path, for_resume: bool) -> list[tuple[str, str]]:
     """(file, problem) for each structural problem: state, weights, optimizer, scheduler, RNG, scaler."""
-    found = _guarded(TRAINER_STATE, _check_state, folder)
+    saved = _saved_model(folder)
+    if saved and for_resume:  # whole, but of another kind: not "cut off"
+        return [("", f"{folder.name} is {saved}, not a Trainer checkpoint: it loads, it does not resume")]
+    found = [] if saved else _guarded(TRAINER_STATE, _check_state, folder)
     weights = [name for name in WEIGHT_FILES if (folder / name).is_file()]
     if not weights:
         found.append(("", f"no weights file (one of {', '.join(WEIGHT_FILES)})"))
     for name in weights:
-        found += _guarded(name, _check_weights, folder / name)
+        found += _guarded(name, check_weights, folder / name)
     if for_resume:
         for name in RESUME_FILES:
             if not (folder / name).is_file():
                 found.append((name, f"no {name} (saved with save_only_model=True? then it can be loaded, not resumed)"))
             else:
-                found += _guarded(name, _check_torch_file, folder / name)
+                found += _guarded(name, check_torch_file, folder / name)
     # optional (RNG states per process, the fp16 loss scaler), but a partial one breaks the resume
     for path in sorted(folder.glob("rng_state*.pth")) + sorted(folder.glob("scaler.pt")):
-        found += _guarded(path.name, _check_torch_file, path)
+        found += _guarded(path.name, check_torch_file, path)
     return found
+
+
+def _saved_model(folder: Path) -> str:
+    """What a folder with no trainer_state.json but a model's or an adapter's config is ("" for anything else):
+    `save_pretrained`'s output (the run's final/), which has no optimizer state to resume from."""
+    if (folder / TRAINER_STATE).exists() or CHECKPOINT_RE.match(folder.name) or (folder / "optimizer.pt").exists():
+        return ""  # the Trainer's, cut off before its state (written last)
+    if (folder / "adapter_config.json").is_file():
+        return f"a saved adapter (adapter_config.json; load it with helpers.qlora.load_qlora({str(folder)!r}))"
+    return "a saved model (save_pretrained's config.json)" if (folder / "config.json").is_file() else ""
 
 
 def _guarded(name: str, check, *args) -> list[tuple[str, str]]:
@@ -312,86 +324,3 @@ def _trainer_state_fields() -> set[str]:
     from transformers import TrainerState
 
     return {f.name for f in fields(TrainerState)}
-
-
-def _check_weights(path: Path) -> list[str]:
-    if path.name.endswith(".index.json"):  # a sharded model: check the index, then every shard it names
-        return _check_index(path)
-    if path.suffix == ".safetensors":
-        return _check_safetensors(path)
-    return _check_torch_file(path)
-
-
-def _check_index(path: Path) -> list[str]:
-    try:
-        weight_map = json.loads(path.read_text())["weight_map"]
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
-        return [f"{path.name} does not parse ({e.__class__.__name__})"]
-    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-        return [f"{path.name} has a weight_map that is not a table of tensor names to shard files"]
-    problems = []
-    for shard in sorted(set(weight_map.values())):
-        shard_path = path.parent / shard
-        if Path(shard).is_absolute() or ".." in Path(shard).parts:
-            problems.append(f"{path.name} names a shard outside the checkpoint: {shard}")
-        elif not shard_path.is_file():
-            problems.append(f"shard {shard} named in {path.name} is missing")
-        else:
-            problems += _check_safetensors(shard_path)
-    return problems
-
-
-def _check_safetensors(path: Path) -> list[str]:
-    """A safetensors file is 8 bytes of header length (little-endian u64), a JSON header, then the data.
-
-    The header gives each tensor's [start, end) byte offsets into the data, so the file must be
-    exactly 8 + header + the largest end long: anything shorter was cut off.
-    """
-    size = path.stat().st_size
-    with path.open("rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            return [f"{path.name} is truncated: {size:,} bytes, not even a header"]
-        (header_len,) = struct.unpack("<Q", head)
-        if 8 + header_len > size:
-            return [f"{path.name} is truncated: {size:,} bytes, its header alone needs {8 + header_len:,}"]
-        try:
-            header = json.loads(f.read(header_len))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return [f"{path.name} has a header that does not parse (not a safetensors file, or overwritten)"]
-    ends = _data_ends(header)
-    if ends is None:
-        return [f"{path.name} has a header that is not a table of tensors with data offsets (overwritten?)"]
-    expected = 8 + header_len + max(ends, default=0)
-    if size < expected:
-        return [f"{path.name} is truncated: {size:,} of {expected:,} bytes"]
-    if size > expected:
-        return [f"{path.name} has {size - expected:,} bytes more than its header describes (written over?)"]
-    return []
-
-
-def _data_ends(header) -> list[int] | None:
-    """Each tensor's end offset from a safetensors header; None when the header is not well formed."""
-    if not isinstance(header, dict):
-        return None
-    ends = []
-    for key, tensor in header.items():
-        if key == "__metadata__":
-            continue
-        offsets = tensor.get("data_offsets") if isinstance(tensor, dict) else None
-        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
-            return None
-        if not 0 <= offsets[0] <= offsets[1]:
-            return None
-        ends.append(offsets[1])
-    return ends
-
-
-def _check_torch_file(path: Path) -> list[str]:
-    """torch.save writes a zip archive whose directory comes last: a cut-off file has none."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            archive.infolist()
-    except zipfile.BadZipFile:
-        return [f"{path.name} is not a complete torch file ({path.stat().st_size:,} bytes; cut off while saving?)"]
-    return []

@@ -18,6 +18,9 @@ manifest records (`helpers.manifest.ManifestCallback` writes it into every check
 
 The choice reads only what is on disk, so the same settings find the same folder every time: a rerun
 after a disconnect, or a Slurm requeue of the exported train.py, goes on with the run it was in.
+
+Before a run trains in a folder, `helpers.run_folder.check_run_folder` checks it can be written and
+holds nothing of the user's that the Trainer's checkpoint rotation would delete.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 from helpers._checksums import rows_sha256
 from helpers.manifest import MANIFEST_NAME, load_manifest
 from helpers.resume import list_checkpoints
+from helpers.run_folder import check_run_folder
 
 __all__ = ["RESULT_SETTINGS", "choose_run_folder", "recorded_settings"]
 
@@ -126,6 +130,7 @@ def choose_run_folder(
         "seed": seed,
     }
     base = Path(base)
+    check_run_folder(base)
     for folder in _run_folders(base):
         recorded = _newest_manifest_settings(folder)
         if recorded is None:
@@ -142,6 +147,7 @@ def choose_run_folder(
             return folder
         print(f"{folder.name} holds a run with other settings: {'; '.join(changed)}")
     new = next(folder for folder in _candidates(base) if not list_checkpoints(folder))
+    check_run_folder(new)
     print(f"this run trains in {new}: a new run (no checkpoint there yet)")
     return new
 

@@ -69,6 +69,9 @@ def training_args(output_dir: str = "out", *, quiet: bool = False, **overrides):
     it is on, `activation_checkpointing_kwargs` defaults to `{"use_reentrant": False}`, PyTorch's
     recommended mode, written out so it is in the saved config.
 
+    With `save_total_limit`, the folder is checked first (`helpers.run_folder.check_run_folder`): writable,
+    and holding no folder of yours the Trainer's rotation would delete.
+
     It prints one summary line (precision, seed, effective batch, checkpointing, tracking) unless
     `quiet=True`, and warns about precision mistakes for this machine (see `helpers.audit.audit`).
 
@@ -85,6 +88,10 @@ def training_args(output_dir: str = "out", *, quiet: bool = False, **overrides):
         ...                      gradient_checkpointing=True)  # doctest: +SKIP
         training_args: fp16 (Tesla T4 ...), seed 42 (the kit's default), effective batch 1 x 16 x 1 = 16, ...
     """
+    if overrides.get("save_total_limit") and overrides.get("save_strategy", "steps") != "no":
+        from helpers.run_folder import check_run_folder
+
+        check_run_folder(output_dir)  # writable, and nothing of the user's that the rotation would delete
     kwargs, notes = _checkpointing_names(overrides)
     gpus = detect_gpus()
     precision_note = _set_precision(kwargs, gpus, notes)

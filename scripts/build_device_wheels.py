@@ -20,6 +20,11 @@ its reason) and scripts/device_gpu_proof.sh installs them there. How:
    commit the wheelhouse was built from (`COMMIT`);
 5. refuse two wheels of one package and a set that, with the working tree, passes the 64 MiB the
    machine takes; print a table of every wheel, its size and its reason.
+
+It never deletes a wheel it did not write. `MANIFEST` in the output folder lists, as `sha256sum`
+writes it, every wheel a build put there; the next build replaces only those (a wheel left from an
+older list would be a second version there). A folder holding any other wheel (yours, or one changed
+since) is refused before anything is downloaded, naming each and what to do (exit 2).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from __future__ import annotations
 import argparse
 import base64
 import hashlib
+import shlex
 import shutil
 import subprocess
 import sys
@@ -39,10 +45,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing it
 
 from helpers._requirements import canonical_name, read_pins  # noqa: E402
+from helpers.quickcheck.escaping import md_cell  # noqa: E402
 
 WHEELS_LIST = ROOT / "scripts" / "device-wheels.txt"
 IMAGE = ROOT / "scripts" / "device-image.txt"
 OUT = ROOT / "build" / "device-wheels"
+MANIFEST = "MANIFEST"  # in the output folder: "sha256  name" for each wheel this script wrote there
 MIB = 2**20
 CARRY_LIMIT = 64 * MIB  # what the device tool carries: the working tree and the carried paths together
 PYTHON = "3.12"  # the image's Python (3.12.3)
@@ -167,9 +175,57 @@ def commit() -> str:
     return done.stdout.strip() or "unknown"
 
 
-def build(out: Path) -> int:
+class UsageError(ValueError):
+    """An --out this script must not write to; the message names the fix (exit 2)."""
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def written_before(out: Path) -> list[Path]:
+    """The wheels in `out` this script wrote (listed in its MANIFEST, unchanged since); UsageError naming any other.
+
+    Example:
+        >>> written_before(Path("build/device-wheels"))  # doctest: +SKIP
+        [PosixPath('build/device-wheels/accelerate-1.15.0-py3-none-any.whl'), ...]
+    """
     if out.exists() and not out.is_dir():
-        raise SystemExit(f"--out {out} is a file: name a folder for the wheels (default {OUT.relative_to(ROOT)})")
+        raise UsageError(f"--out {out} is a file: name a folder for the wheels, e.g. --out {_shown(OUT)}")
+    listed = {}
+    if (out / MANIFEST).is_file():
+        for line in (out / MANIFEST).read_text().splitlines():
+            digest, _, name = line.partition("  ")
+            listed[name] = digest
+    wheels = sorted(out.glob("*.whl")) if out.is_dir() else []
+    others = [w for w in wheels if listed.get(w.name) != _sha256(w)]
+    if others:
+        names = ", ".join(w.name for w in others[:10]) + (f" and {len(others) - 10} more" if len(others) > 10 else "")
+        raise UsageError(
+            f"--out {out} holds {len(others)} wheel{'s' if len(others) != 1 else ''} this script did not write "
+            f"(not in its {MANIFEST}, or changed since): {names}. A build replaces the wheels in --out, and never "
+            f"deletes one it did not write: name a folder of its own, e.g. --out {shlex.quote(str(out / 'device'))}, "
+            "or move those wheels out of it"
+            + (
+                f" (if an older build of this script wrote them, before it kept a {MANIFEST}, delete them: "
+                f"rm {shlex.quote(str(out))}/*.whl)"
+                if (out / "COMMIT").is_file() and not listed
+                else ""
+            )
+        )
+    return wheels
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def build(out: Path) -> int:
+    written_before(out)  # refused before the download: a folder holding wheels this script did not write
     pins = read_pins(WHEELS_LIST, reasons=True)
     wrong = missing_pins(ROOT / "requirements.txt", IMAGE, WHEELS_LIST)
     if wrong:
@@ -187,8 +243,9 @@ def build(out: Path) -> int:
         wheels = sorted(Path(scratch).glob("*.whl"))
         total = check_set(wheels, tree_bytes())
         out.mkdir(parents=True, exist_ok=True)
-        for stale in out.glob("*.whl"):  # a wheel left from an older list would be a second version there
+        for stale in written_before(out):  # a wheel left from an older list would be a second version there
             stale.unlink()
+        (out / MANIFEST).write_text("".join(f"{_sha256(w)}  {w.name}\n" for w in wheels))
         for wheel in wheels:
             shutil.move(wheel, out / wheel.name)
     (out / "COMMIT").write_text(commit() + "\n")
@@ -200,7 +257,7 @@ def _table(wheels: list[Path], pins: dict[str, tuple[str, str]], total: int) -> 
     print("\n| wheel | MiB | why it travels |\n|---|---:|---|")
     for path in sorted(wheels, key=lambda p: -p.stat().st_size):
         reason = pins.get(wheel_name(path), ("", "the kit's metadata: the install cell finds it installed"))[1]
-        print(f"| {path.name} | {path.stat().st_size / MIB:.2f} | {reason} |")
+        print(f"| {md_cell(path.name)} | {path.stat().st_size / MIB:.2f} | {md_cell(reason)} |")
     print(
         f"\n{len(wheels)} wheels, {total / MIB:.1f} MiB; with the working tree {(total + tree_bytes()) / MIB:.1f}"
         f" of {CARRY_LIMIT / MIB:.0f} MiB. Carry {OUT.relative_to(ROOT)} (scripts/device_gpu_proof.sh)."
@@ -212,6 +269,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT, help=f"the wheelhouse (default {OUT.relative_to(ROOT)})")
     parser.add_argument("--check", action="store_true", help="check the list against requirements.txt; no download")
     args = parser.parse_args(argv)
+    try:
+        if not args.check:
+            written_before(args.out)  # a bad --out is a usage error (exit 2), found before anything else
+    except UsageError as e:
+        parser.error(str(e))
     try:
         if args.check:
             wrong = missing_pins(ROOT / "requirements.txt", IMAGE, WHEELS_LIST)

@@ -27,10 +27,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/_args.py, also when loaded by path
+
+from _args import output_file, output_folder, whole_number  # noqa: E402
+
 DATASET = ROOT / "helpers" / "assets" / "data" / "course.jsonl"
 DEFAULT_OUT = ROOT / "helpers" / "assets" / "tiny-llama"
 
@@ -146,11 +151,23 @@ def pretrain(model, tokenizer, *, steps, batch_size, seq_len, peak_lr, warmup_st
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"folder to write (default {DEFAULT_OUT})")
     parser.add_argument(
-        "--steps", type=int, default=PRETRAIN["steps"], help="pre-training steps (the shipped model: the default)"
+        "--out",
+        type=output_folder("--out", "build/tiny-llama"),
+        default=DEFAULT_OUT,
+        help=f"folder to write (default {DEFAULT_OUT})",
     )
-    parser.add_argument("--losses", type=Path, help="also write every step's loss to this JSON file")
+    parser.add_argument(
+        "--steps",
+        type=whole_number("--steps", 1, 1_000_000, str(PRETRAIN["steps"])),
+        default=PRETRAIN["steps"],
+        help="pre-training steps (the shipped model: the default)",
+    )
+    parser.add_argument(
+        "--losses",
+        type=output_file("--losses", "build/losses.json"),
+        help="also write every step's loss to this JSON file",
+    )
     args = parser.parse_args(argv)
     out = args.out
     tokenizer = build_tokenizer()

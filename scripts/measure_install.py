@@ -49,6 +49,9 @@ from urllib.parse import unquote, urlparse
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing it
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/_args.py, also when loaded by path
+
+from _args import existing_file  # noqa: E402
 
 from helpers._requirements import canonical_name  # noqa: E402
 from helpers.maintainer.notebooks import BRANCH, DISTRIBUTION, INSTALL_CELL, REPOSITORY  # noqa: E402
@@ -333,27 +336,70 @@ def describe(m: dict, top: int = 12) -> str:
     return "\n".join(lines)
 
 
+def _version(text: str) -> str:
+    """An argparse type for --runtime-torch: a version pip reads (2.6.0+cu124)."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        Version(text)
+    except InvalidVersion:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a version: pass e.g. --runtime-torch 2.6.0+cu124") from None
+    return text
+
+
+def _pinned(text: str) -> str:
+    """An argparse type for --runtime-has: NAME==VERSION."""
+    name, _, version = text.partition("==")
+    try:
+        _version(version)
+    except argparse.ArgumentTypeError:
+        version = ""
+    if not (re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name) and version):
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME==VERSION: pass e.g. --runtime-has psutil==5.9.5")
+    return text
+
+
+def _requirement(text: str) -> str:
+    """An argparse type for --install-torch: a requirement pip reads (torch==2.13.0)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        Requirement(text)
+    except InvalidRequirement:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a requirement pip reads: pass e.g. --install-torch torch==2.13.0"
+        ) from None
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the measurement as JSON")
     how = parser.add_mutually_exclusive_group()
-    how.add_argument("--install-torch", metavar="SPEC", help="pip install SPEC into the venv instead of linking torch")
+    how.add_argument(
+        "--install-torch",
+        metavar="SPEC",
+        type=_requirement,
+        help="pip install SPEC into the venv instead of linking torch",
+    )
     how.add_argument(
         "--runtime-torch",
         metavar="VERSION",
+        type=_version,
         help="pretend the runtime's torch is VERSION (e.g. 2.6.0+cu124): only its metadata",
     )
     parser.add_argument(
         "--runtime-has",
         action="append",
         default=[],
+        type=_pinned,
         metavar="NAME==VERSION",
         help="a library the runtime ships (e.g. psutil==5.9.5): only its metadata; repeatable",
     )
     how.add_argument(
         "--run-in",
         metavar="PYTHON",
-        type=Path,
+        type=existing_file("--run-in", ".venv/bin/python"),
         help="run the install cell for real in PYTHON's environment (the runtime matrix does: noxfile.py)",
     )
     args = parser.parse_args(argv)

@@ -24,6 +24,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing the kit
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/_args.py, also when loaded by path
+
+from _args import number, output_folder, whole_number  # noqa: E402
 
 ROWS = 48  # examples: 12 steps of 4 stay inside one epoch
 SEQ_LEN = 32  # tokens per example
@@ -31,11 +34,18 @@ SEQ_LEN = 32  # tokens per example
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="the Trainer's output_dir")
-    parser.add_argument("--max-steps", type=int, default=12)
-    parser.add_argument("--save-steps", type=int, default=4)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--step-delay", type=float, default=0.0, help="seconds to sleep after each step")
+    parser.add_argument(
+        "--out", required=True, type=output_folder("--out", "build/train"), help="the Trainer's output_dir"
+    )
+    parser.add_argument("--max-steps", type=whole_number("--max-steps", 1, 100_000, "12"), default=12)
+    parser.add_argument("--save-steps", type=whole_number("--save-steps", 1, 100_000, "4"), default=4)
+    parser.add_argument("--seed", type=whole_number("--seed", 0, 2**32 - 1, "0"), default=0)
+    parser.add_argument(
+        "--step-delay",
+        type=number("--step-delay", 0, 3600, "0.5"),
+        default=0.0,
+        help="seconds to sleep after each step",
+    )
     parser.add_argument("--resume", action="store_true", help="resume from latest_valid_checkpoint(out)")
     parser.add_argument("--qlora", action="store_true", help="4-bit base + LoRA adapter instead of full fine-tuning")
     opts = parser.parse_args(argv)
@@ -64,7 +74,7 @@ def main(argv=None) -> int:
             time.sleep(opts.step_delay)
 
     args = TrainingArguments(
-        opts.out,
+        str(opts.out),
         max_steps=opts.max_steps,
         per_device_train_batch_size=4,
         learning_rate=1e-3,
@@ -80,7 +90,7 @@ def main(argv=None) -> int:
     trainer = Trainer(
         model=model, args=args, train_dataset=train, callbacks=[ManifestCallback(dataset=train), StepDelay()]
     )
-    resume_from = latest_valid_checkpoint(opts.out, model=model) if opts.resume else None
+    resume_from = latest_valid_checkpoint(str(opts.out), model=model) if opts.resume else None
     trainer.train(resume_from_checkpoint=resume_from)
     trainer.save_model(str(Path(opts.out) / "final"))
 

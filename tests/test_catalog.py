@@ -57,8 +57,11 @@ def test_an_unknown_name_gets_the_nearest_catalog_names():
     assert model_key("Meta-Llama-3.1-8B-Instruct") == model_key("llama_3.1_8b") == "llama-3.1-8b"
 
 
-def test_the_notes_say_when_seq_len_is_beyond_the_models_context():
-    assert model_notes("Llama-3.1-8B", seq_len=16384) == [], "its own name needs no note; 131,072 tokens"
-    notes = model_notes("Meta-Llama-3-8B-Instruct", seq_len=16384)
-    assert len(notes) == 2 and notes[1].startswith("seq_len 16,384 is beyond the 8,192 tokens Llama-3-8B")
-    assert model_notes("Qwen/Qwen3-32B", seq_len=512) == [] and model_notes({"model_type": "llama"}) == []
+def test_a_seq_len_beyond_a_variants_context_is_said_once_by_the_estimate():
+    from helpers.estimate import estimate_training_memory
+
+    assert estimate_training_memory("Llama-3.1-8B", per_device_batch=1, seq_len=16384).context_note == ""
+    variant = estimate_training_memory("Meta-Llama-3-8B-Instruct", per_device_batch=1, seq_len=16384)
+    assert variant.context_note.startswith("seq_len 16,384 is past Llama-3-8B's trained context of 8,192 tokens")
+    assert len(model_notes("Meta-Llama-3-8B-Instruct")) == 1, "the variant's differences; the context is the estimate's"
+    assert model_notes("Qwen/Qwen3-32B") == [] and model_notes({"model_type": "llama"}) == []

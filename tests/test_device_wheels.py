@@ -179,3 +179,63 @@ def test_a_pin_pip_cannot_download_is_an_error_that_names_the_list(tmp_path, mon
 class _Done:
     def __init__(self, returncode: int):
         self.returncode = returncode
+
+
+def _fake_build(monkeypatch, wheels: list[str]) -> list:
+    """build() with `wheels` as what pip downloads (no network), no repack, no git; the calls to download."""
+    calls = []
+
+    def download(pins, dest):
+        calls.append(dest)
+        for name in wheels:
+            (dest / name).write_bytes(name.encode())
+
+    monkeypatch.setattr(bdw, "download", download)
+    monkeypatch.setattr(bdw, "repack", lambda wheel: [])
+    monkeypatch.setattr(bdw, "tree_bytes", lambda: 0)
+    monkeypatch.setattr(bdw, "commit", lambda: "abc123")
+    return calls
+
+
+def test_a_build_never_deletes_a_wheel_it_did_not_write(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "wheels"
+    out.mkdir()
+    mine = out / "mine-1.0-py3-none-any.whl"
+    mine.write_bytes(b"the user's own")
+    calls = _fake_build(monkeypatch, ["alpha-1.0-py3-none-any.whl", "beta-1.0-py3-none-any.whl"])
+    with pytest.raises(bdw.UsageError, match=r"holds 1 wheel this script did not write .*: mine-1\.0-py3-none-any"):
+        bdw.build(out)
+    assert mine.read_bytes() == b"the user's own" and calls == [], "refused before the download, nothing deleted"
+    with pytest.raises(SystemExit) as e:  # the command line: a usage error, exit 2, naming a folder that would do
+        bdw.main(["--out", str(out)])
+    assert e.value.code == 2 and f"--out {out / 'device'}, or move those wheels out of it" in capsys.readouterr().err
+    assert mine.exists()
+
+
+def test_a_build_replaces_only_the_wheels_its_manifest_lists(tmp_path, monkeypatch):
+    out = tmp_path / "wheels"
+    _fake_build(monkeypatch, ["alpha-1.0-py3-none-any.whl", "beta-1.0-py3-none-any.whl"])
+    bdw.build(out)
+    kit = bdw.kit_metadata_wheel(tmp_path).name
+    assert sorted(p.name for p in out.glob("*.whl")) == sorted(
+        ["alpha-1.0-py3-none-any.whl", "beta-1.0-py3-none-any.whl", kit]
+    )
+    assert len((out / bdw.MANIFEST).read_text().splitlines()) == 3
+    (out / "notes.txt").write_text("the user's")
+    _fake_build(monkeypatch, ["alpha-2.0-py3-none-any.whl"])  # a newer list: the old wheels are this script's own
+    bdw.build(out)
+    assert sorted(p.name for p in out.glob("*.whl")) == sorted(["alpha-2.0-py3-none-any.whl", kit])
+    assert (out / "notes.txt").read_text() == "the user's" and (out / "COMMIT").read_text() == "abc123\n"
+    (out / "alpha-2.0-py3-none-any.whl").write_bytes(b"changed by hand since")  # no longer the script's to delete
+    with pytest.raises(bdw.UsageError, match=r"alpha-2\.0-py3-none-any\.whl"):
+        bdw.build(out)
+    assert (out / "alpha-2.0-py3-none-any.whl").read_bytes() == b"changed by hand since"
+
+
+def test_an_out_that_is_a_file_is_a_usage_error(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(SystemExit) as e:
+        bdw.main(["--out", str(afile)])
+    assert e.value.code == 2 and f"--out {afile} is a file: name a folder for the wheels" in capsys.readouterr().err
+    assert afile.read_text() == "x"

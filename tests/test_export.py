@@ -35,9 +35,10 @@ SLOW_FIXTURES = ("runs",)  # train.py run twice at once (conftest: slow)
 CAPSTONE = SOURCES_DIR / "08_capstone.py"
 TIMEOUT_S = 600  # one two-process run takes about 20 s alone, 76 s beside the notebooks; once over 300 s on a
 # loaded CI machine (Python 3.13), so the failure names the log
-# a short run of the capstone's recipe: 64 training rows, 2 x 1 per process x 2 processes = 4 a step; 40 steps
-# (about 0.1 s each) leave the test time to kill it after its first checkpoint
-RUN = ["--smoke", "--per-device-batch", "2", "--grad-accum-steps", "1", "--max-steps", "40", "--save-steps", "4"]
+# a short run of the capstone's recipe: 64 training rows, 2 x 1 per process x 2 processes = 4 a step, so 16
+# steps an epoch and the run crosses into the second; its steps take about 0.1 s each
+STEPS = 20  # the killed run is stopped at its first checkpoint (step 4): 16 steps of margin before the end
+RUN = ["--smoke", "--per-device-batch", "2", "--grad-accum-steps", "1", "--max-steps", str(STEPS), "--save-steps", "4"]
 RUN += ["--logging-steps", "1"]
 
 
@@ -282,31 +283,31 @@ def runs(tmp_path_factory):
 def test_train_py_trains_on_two_processes_to_the_end(runs):
     job, _ = runs
     result = json.loads((job / "reference" / "result.json").read_text())
-    assert result["global_step"] == 40 and result["resumed_from"] is None
+    assert result["global_step"] == STEPS and result["resumed_from"] is None
     log = (job / "reference.log").read_text()
     assert "effective batch 2 x 1 x 2 = 4" in log, "two processes, one batch each per step"
-    checkpoint = job / "reference" / "checkpoint-40"
+    checkpoint = job / "reference" / f"checkpoint-{STEPS}"
     assert (checkpoint / "rng_state_1.pth").exists(), "rank 1 saved its own state"
     recorded = json.loads((checkpoint / "run_manifest.json").read_text())["checksums"]["files"]
     assert recorded["rng_state_1.pth"]["sha256"] == sha256_file(checkpoint / "rng_state_1.pth"), (
         "the manifest waits for rank 1's RNG state and hashes it whole"
     )
-    assert list(result["losses"]) == [str(s) for s in range(1, 41)]
+    assert list(result["losses"]) == [str(s) for s in range(1, STEPS + 1)]
 
 
 def test_a_killed_run_resumes_from_its_last_valid_checkpoint_to_the_same_adapter(runs):
     job, left = runs
-    assert "result.json" not in left and "checkpoint-40" not in left, left
+    assert "result.json" not in left and f"checkpoint-{STEPS}" not in left, left
     resumed = json.loads((job / "killed" / "result.json").read_text())
     reference = json.loads((job / "reference" / "result.json").read_text())
     start = int(Path(resumed["resumed_from"]).name.split("-")[1])
-    assert Path(resumed["resumed_from"]).parent == job / "killed" and 4 <= start < 40
+    assert Path(resumed["resumed_from"]).parent == job / "killed" and 4 <= start < STEPS
     log = (job / "resumed.log").read_text()
     assert f"this run trains in {job / 'killed'}: the same settings as its checkpoints" in log, "the requeue's rule"
     assert f"resuming from {resumed['resumed_from']}" in log
-    assert resumed["global_step"] == 40
+    assert resumed["global_step"] == STEPS
     assert resumed["eval_loss"] == reference["eval_loss"]
-    assert all(resumed["losses"][str(s)] == reference["losses"][str(s)] for s in range(start + 1, 41))
+    assert all(resumed["losses"][str(s)] == reference["losses"][str(s)] for s in range(start + 1, STEPS + 1))
     expected = load_file(job / "reference" / "final" / "adapter_model.safetensors")
     got = load_file(job / "killed" / "final" / "adapter_model.safetensors")
     assert expected.keys() == got.keys() and len(expected) > 0
@@ -314,13 +315,83 @@ def test_a_killed_run_resumes_from_its_last_valid_checkpoint_to_the_same_adapter
 
 
 @pytest.mark.slow
-def test_a_finished_run_started_again_trains_nothing(runs):
+def test_a_finished_run_without_its_results_finishes_them_and_then_trains_nothing(runs, tmp_path):
+    """A job stopped after its last checkpoint, before final/ and result.json (preempted while evaluating; a
+    crash in its last lines): requeued, it writes them from that checkpoint; requeued again, it has nothing to do."""
     job, _ = runs
-    python = [sys.executable, "train.py", *RUN, "--output-dir", str(job / "reference")]
-    done = subprocess.run(python, cwd=job, capture_output=True, text=True, timeout=TIMEOUT_S)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert f"this run trains in {job / 'reference'}: the same settings as its checkpoints" in done.stdout
-    assert "ends a finished run: nothing left to train" in done.stdout
+    out = tmp_path / "run"
+    shutil.copytree(job / "reference", out, ignore=shutil.ignore_patterns("final", "result.json"))
+    python = [sys.executable, "train.py", *RUN, "--output-dir", str(out)]
+    finished = subprocess.run(python, cwd=job, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert (
+        f"{out / f'checkpoint-{STEPS}'} ends a finished run whose final/ or result.json is missing" in finished.stdout
+    )
+    reference = json.loads((job / "reference" / "result.json").read_text())
+    result = json.loads((out / "result.json").read_text())
+    assert result["eval_loss"] == reference["eval_loss"] and result["losses"] == reference["losses"]
+    assert result["global_step"] == STEPS
+    expected = load_file(job / "reference" / "final" / "adapter_model.safetensors")
+    got = load_file(out / "final" / "adapter_model.safetensors")
+    assert expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in expected)
+
+    again = subprocess.run(python, cwd=job, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"this run trains in {out}: the same settings as its checkpoints" in again.stdout
+    assert "ends a finished run: nothing left to train" in again.stdout
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--seq-len", "0"], "argument --seq-len: 0 is out of range: pass a whole number from 1"),
+        (["--learning-rate", "nan"], "argument --learning-rate: nan is out of range"),
+        (["--per-device-batch", "0"], "argument --per-device-batch: 0 is out of range"),
+        (["--max-steps", "0"], "argument --max-steps: 0 is out of range"),
+        (["--save-steps", "-5"], "argument --save-steps: -5 is out of range"),
+        (["--run-name", "../x"], "argument --run-name: '../x' cannot name a run folder"),
+    ],
+)
+def test_a_bad_value_stops_train_py_as_it_is_read_before_anything_loads(tmp_path, flags, message):
+    export("08", tmp_path)
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "train.py", *flags], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    seconds = time.monotonic() - start
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert "quantized" not in done.stdout and not (tmp_path / "runs").exists(), "nothing loaded, nothing written"
+    print(f"{' '.join(flags)}: refused in {seconds:.2f} s")
+
+
+@pytest.mark.slow
+def test_a_seq_len_that_leaves_nothing_to_evaluate_stops_before_the_model_loads(tmp_path):
+    export("08", tmp_path)
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "train.py", "--smoke", "--seq-len", "20", "--output-dir", str(tmp_path / "run")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT_S, env=env,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    said = done.stderr
+    assert "error: --seq-len 20 leaves none of the 8 held-out examples an answer token (the shortest prompt is" in said
+    assert "pass a --seq-len above" in done.stderr and "Traceback" not in done.stderr
+    assert "quantized" not in done.stdout, "the model never loaded"
+    assert not (tmp_path / "run").exists() and "done" not in done.stdout
+
+
+def test_a_folder_the_checkpoint_rotation_would_delete_from_stops_train_py_first(tmp_path):
+    export("08", tmp_path)
+    mine = tmp_path / "run" / "checkpoint-40 - Copy"
+    mine.mkdir(parents=True)
+    (mine / "notes.txt").write_text("the user's own")
+    done = subprocess.run(
+        [sys.executable, "train.py", "--smoke", "--output-dir", str(tmp_path / "run")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1 and "holds 'checkpoint-40 - Copy', which the Trainer's" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and "quantized" not in done.stdout
+    assert (mine / "notes.txt").read_text() == "the user's own"
 
 
 # ---------------------------------------------------------------------------------------------

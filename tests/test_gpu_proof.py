@@ -430,7 +430,7 @@ def test_the_report_of_real_sections(tiny, tmp_path, fake_cuda, monkeypatch):
     assert json.loads((tmp_path / "out" / "gpu-proof.json").read_text()) == report
 
 
-def test_without_cuda_the_command_says_so_in_one_sentence_and_exits_0(tmp_path):
+def test_without_cuda_the_command_says_so_in_one_sentence_and_fails(tmp_path):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     done = subprocess.run(
         [sys.executable, "-m", "helpers", "gpu-proof", "--out", str(tmp_path / "proof")],
@@ -440,8 +440,9 @@ def test_without_cuda_the_command_says_so_in_one_sentence_and_exits_0(tmp_path):
         text=True,
         timeout=300,
     )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == gpu_proof.NEEDS_GPU + "\n"
+    # nothing was proven: a script that runs it (`gpu-proof && git commit`) must not read success
+    assert done.returncode == gpu_proof.NO_GPU_EXIT == 3, done.stderr
+    assert done.stderr == gpu_proof.NEEDS_GPU + "\n" and done.stdout == ""
     assert not (tmp_path / "proof").exists()
 
 

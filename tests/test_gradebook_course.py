@@ -321,3 +321,119 @@ def test_a_regrade_writes_feedback_fresh_and_keeps_what_the_grader_did_not_write
     (folder / "bob.ipynb").unlink()  # bob withdrew
     run = grade([folder], tmp_path / "g.csv")
     assert sorted(p.name for p in run.feedback_dir.iterdir()) == ["ann.txt", "notes_for_me.txt"]
+
+
+# ---------------------------------------------------------------- a file of a notebook nobody handed out
+
+
+@pytest.fixture
+def class_with_a_stray(tmp_path):
+    """Ten students hand in notebook 03; one of them also dropped notebook 05 into the folder, all right."""
+    folder = tmp_path / "subs"
+    for n in range(10):
+        write(folder, f"s{n}.ipynb", answered("03", f"s-{n:03d}"))
+    write(folder, "odd_05.ipynb", answered("05", "s-001"))
+    return folder
+
+
+@pytest.mark.parametrize("fmt", ["csv", "canvas", "gradescope", "moodle"])
+def test_a_notebook_nobody_handed_out_adds_no_column_and_is_named_once(tmp_path, class_with_a_stray, fmt):
+    roster_text = {
+        "csv": "student_id\n" + "".join(f"s-{n:03d}\n" for n in range(10)),
+        "canvas": CANVAS + "".join(f"S{n},{n},S{n},s-{n:03d},A\n" for n in range(10)),
+        "gradescope": GRADESCOPE + "".join(f"N{n},e{n}@x,s-{n:03d},Student\n" for n in range(10)),
+        "moodle": MOODLE + "".join(f"F{n},L{n},s-{n:03d},U,D,e{n}@x\n" for n in range(10)),
+    }[fmt]
+    roster = read_roster(write(tmp_path, "r.csv", roster_text), fmt)
+    run = grade([class_with_a_stray], tmp_path / "out.csv", roster=roster)
+    assert run.notebooks == ["03"], "only the handed-out notebook makes columns"
+    header = " ".join(rows(run.csv_path)[0])
+    assert "05" not in header and "q05" not in header
+    stray = next(s for s in run.submissions if s.path.name == "odd_05.ipynb")
+    assert stray.status == "not graded" and stray.questions == {} and stray.notebook == ""
+    assert "notebook 05, which 1 of the batch's 10 students handed in" in stray.reason
+    report = run.report_path.read_text()
+    assert report.split("\n## ", 1)[1].count("odd_05.ipynb") == 1, "named once, in its section"
+    section = report.split("## Not handed out, not graded (1)")[1].split("\n## ")[0]
+    assert "notebook 05, handed in by 1 of the batch's 10 students: `" in section
+    assert "grade again with --notebook 03 --notebook 05; if not, remove this file from the folder" in section
+    assert not run.roster_check.unknown and not run.roster_check.no_id  # not "an id not on the roster"
+    plain = by_header(rows(tmp_path / "out_all.csv" if fmt != "csv" else run.csv_path))
+    assert [r["status"] for r in plain if r["file"].endswith("odd_05.ipynb")] == ["not graded"]
+    assert "not graded" in (run.feedback_dir / "odd_05.txt").read_text()
+
+
+def test_the_terminal_names_the_stray_and_the_exact_command_that_grades_it_too(tmp_path, class_with_a_stray):
+    command = [sys.executable, "-m", "helpers.quickcheck", "grade", str(class_with_a_stray)]
+    done = subprocess.run([*command, "--out", str(tmp_path / "g.csv")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (
+        "not graded: odd_05.ipynb, a file of notebook 05, which 1 of the batch's 10 students handed in" in done.stdout
+    )
+    rerun = f"python -m helpers.quickcheck grade {class_with_a_stray} --out {tmp_path / 'g.csv'}"
+    rerun += " --notebook 03 --notebook 05"
+    assert f"if you handed out notebook 05 too, run: {rerun}" in done.stdout
+    assert "course of notebooks" not in done.stdout  # one notebook graded: no course
+    again = subprocess.run([sys.executable, *rerun.split()[1:]], capture_output=True, text=True)
+    assert again.returncode == 0 and "course of notebooks 03, 05" in again.stdout and "not graded:" not in again.stdout
+
+
+def test_with_the_issued_list_nothing_is_set_aside_and_a_whole_course_is_never_a_stray(
+    tmp_path, class_with_a_stray, course
+):
+    issued = grade([class_with_a_stray], tmp_path / "a.csv", notebooks=["03", "05"])
+    assert issued.notebooks == ["03", "05"] and not [s for s in issued.submissions if s.status == "not graded"]
+    whole = grade([course], tmp_path / "b.csv")  # Jane's nine notebooks and Rick's 03: each by half the class
+    assert whole.notebooks == bank_notebooks() and not whole.strays.files
+
+
+# ---------------------------------------------------------------- a roster over the default bound
+
+
+def test_a_roster_over_the_row_bound_is_refused_with_the_flag_that_reads_it(tmp_path):
+    many = CANVAS + "".join(f"S{n},{n},S{n},s-{n},A\n" for n in range(1200))
+    path = write(tmp_path, "big.csv", many)
+    with pytest.raises(RosterError, match=r"over 1,000 rows.*raise the bound with --roster-max-rows 2000") as e:
+        read_roster(path, "canvas", max_rows=1000)
+    assert e.value.option == ("--roster-max-rows", "2000")
+    assert len(read_roster(path, "canvas", max_rows=2000).students) == 1200
+
+
+def test_a_roster_over_the_byte_bound_names_the_rows_that_would_read_it(tmp_path, monkeypatch):
+    from helpers.quickcheck import roster as roster_module
+
+    monkeypatch.setattr(roster_module, "MAX_ROSTER_BYTES", 4000)  # the bounds, scaled down: 4 KB, 10 rows
+    wide = CANVAS + "".join(f"S{n},{n},S{n},s-{n},{'A' * 300}\n" for n in range(30))  # 10 KB in 30 rows
+    path = write(tmp_path, "wide.csv", wide)
+    with pytest.raises(RosterError, match=r"export only the students' columns.*--roster-max-rows 1000") as e:
+        read_roster(path, "canvas", max_rows=10)
+    assert e.value.option == ("--roster-max-rows", "1000")
+    assert len(read_roster(path, "canvas", max_rows=1000).students) == 30
+
+
+def test_the_command_line_refuses_a_huge_roster_by_default_and_reads_it_with_the_flag(tmp_path):
+    folder = tmp_path / "subs"
+    write(folder, "a.ipynb", answered("03", "s-1"))
+    roster = write(tmp_path, "big roster.csv", CANVAS + "".join(f"S{n},{n},S{n},s-{n},A\n" for n in range(50_001)))
+    command = ["grade", str(folder), "--format", "canvas", "--roster", str(roster), "--out", str(tmp_path / "c.csv")]
+    done = subprocess.run([sys.executable, "-m", "helpers.quickcheck", *command], capture_output=True, text=True)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "has over 50,000 rows, the most the grader reads by default" in done.stderr
+    rerun = (
+        f"python -m helpers.quickcheck grade {folder} --format canvas --roster '{roster}' --out {tmp_path / 'c.csv'}"
+    )
+    assert f"run: {rerun} --roster-max-rows 51000" in done.stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "helpers.quickcheck", *command, "--roster-max-rows", "51000"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "roster: 1 matched, 50000 with no submission" in done.stdout
+    for bad in ["0", "lots", "9999999"]:
+        done = subprocess.run(
+            [sys.executable, "-m", "helpers.quickcheck", *command, "--roster-max-rows", bad],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 2 and f"argument --roster-max-rows: '{bad}' is not a number of rows" in done.stderr

@@ -148,6 +148,19 @@ def test_a_cap_the_kits_pins_cannot_meet_is_named_with_the_command_that_restores
     assert "pip could not serve both; what it said:" in out, out
 
 
+def test_a_run_time_floor_pip_cannot_meet_stops_the_cell_instead_of_saying_installed(capped_runtime, tmp_path):
+    # the pins cap torchao below peft's floor: pip cannot raise it, and peft would refuse it in notebook 06
+    done, versions = install_cell_in(capped_runtime, tmp_path, pins="torchao==0.10.0\n")
+    floor = RUN_TIME_FLOORS["torchao"][0]
+    assert done.returncode != 0 and versions.endswith(" 0.10.0"), done.stdout + done.stderr
+    assert "Installed." not in done.stdout.splitlines(), done.stdout
+    assert (
+        f"pip could not upgrade what it needs at run time: torchao 0.10.0 is below {floor}, which peft refuses"
+        in done.stderr
+    ), done.stderr
+    assert f"Run `!pip install torchao=={floor}` in a new cell, then this cell again" in done.stderr
+
+
 def test_the_report_says_nothing_where_nothing_changed(site, capsys, monkeypatch):
     monkeypatch.setattr(install.subprocess, "run", lambda *a, **k: pytest.fail("no pip call where nothing is broken"))
     dist(site, "capper", "1.0", "sharedlib<2.0")

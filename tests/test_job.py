@@ -13,12 +13,13 @@ import helpers.job
 from helpers.estimate import OPTIMIZER_BYTES, WEIGHT_BYTES, estimate_training_memory
 from helpers.job import (
     OPTIMIZERS,
+    RUN_SETTINGS,
     WEIGHT_FORMATS,
     JobSettingError,
     TrainingJob,
-    add_job_arguments,
-    job_from_arguments,
+    check_setting,
 )
+from helpers.job_flags import add_job_arguments, job_from_arguments, setting_type
 from helpers.plan import plan
 from helpers.planner import CONTROLS, START, _controls
 
@@ -129,3 +130,76 @@ def test_the_planners_controls_are_the_jobs_fields():
     assert 600 in controls["seq_len"].options and controls["seq_len"].value == 600  # between stops: no TraitError
     assert controls["per_device_batch"].value == 3
     assert controls["fused_loss"].description == "fused loss (Liger, Unsloth)"
+
+
+# the run's schedule (train.py's flags, notebook 08's parameters): refused as read, with the fix
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("learning_rate", float("nan"), "learning_rate=nan is out of range: pass a number above 0 and below 1"),
+        ("learning_rate", 0.0, "learning_rate=0.0 is out of range"),
+        ("learning_rate", -2e-4, "e.g. learning_rate=2e-4"),
+        ("learning_rate", 1.0, "below 1"),
+        ("learning_rate", float("inf"), "learning_rate=inf is out of range"),
+        ("learning_rate", "2e-4", "learning_rate='2e-4' is out of range"),
+        ("num_train_epochs", 0, "num_train_epochs=0 is out of range"),
+        ("max_steps", 0, "max_steps=0 is out of range: pass a whole number from 1 to 1,000,000,000 (or -1: the"),
+        ("max_steps", -2, "max_steps=-2"),
+        ("max_steps", 2.5, "max_steps=2.5"),
+        ("save_steps", 0, "save_steps=0 is out of range"),
+        ("logging_steps", True, "logging_steps=True"),
+        ("seed", -1, "seed=-1 is out of range: pass a whole number from 0 to 4,294,967,295"),
+        ("seed", 2**32, "seed=4294967296"),
+        ("run_name", "../escape", "run_name='../escape' cannot name a run folder"),
+        ("run_name", "my run", "e.g. run_name='capstone'"),
+        ("run_name", "", "cannot name a run folder"),
+        ("model_id", "  ", "model_id='  ': pass a Hub id or a folder"),
+        ("hub_repo", "my-adapter", "hub_repo='my-adapter' is not a Hub repo id: pass your-name/repo-name"),
+        ("hub_repo", "https://huggingface.co/me/x", "is not a Hub repo id"),
+        ("per_device_batch", 0, "per_device_batch=0 is out of range"),
+        ("seq_len", -512, "seq_len=-512 is out of range"),
+    ],
+)
+def test_a_run_setting_that_cannot_be_used_is_refused_with_the_fix(name, value, message):
+    with pytest.raises(JobSettingError) as refused:
+        check_setting(name, value)
+    assert message in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("learning_rate", 2e-4), ("max_steps", -1), ("max_steps", 1), ("seed", 0), ("hub_repo", ""),
+     ("hub_repo", "me/qwen-course-adapter"), ("run_name", "capstone-2"), ("num_train_epochs", 0.5)],
+)  # fmt: skip
+def test_the_values_people_use_are_taken(name, value):
+    assert check_setting(name, value) == value
+
+
+def test_every_run_setting_has_an_example_that_passes_its_own_check():
+    for name, (_, _, _, example) in RUN_SETTINGS.items():
+        assert setting_type(name, None)(example) is not None, name
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--learning-rate", "nan"], "argument --learning-rate: nan is out of range"),
+        (["--learning-rate", "fast"], "argument --learning-rate: 'fast' is out of range"),
+        (["--seq-len", "0"], "argument --seq-len: 0 is out of range: pass a whole number from 1"),
+        (["--per-device-batch", "0"], "argument --per-device-batch: 0 is out of range"),
+        (["--max-steps", "0"], "e.g. --max-steps 100"),
+        (["--run-name", "a/b"], "argument --run-name: 'a/b' cannot name a run folder"),
+    ],
+)
+def test_train_py_style_flags_stop_with_exit_code_2_and_the_fix(flags, message, capsys):
+    defaults = {"learning_rate": 2e-4, "seq_len": 512, "per_device_batch": 1, "max_steps": -1, "run_name": "x"}
+    parser = argparse.ArgumentParser(prog="train.py")
+    for name, default in defaults.items():
+        parser.add_argument("--" + name.replace("_", "-"), type=setting_type(name, default), default=default)
+    with pytest.raises(SystemExit) as stopped:
+        parser.parse_args(flags)
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err

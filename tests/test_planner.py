@@ -153,3 +153,21 @@ def test_an_unknown_model_typed_in_says_why_and_the_nearest_names_instead_of_rai
     out = capsys.readouterr().out
     assert "cannot estimate this: unknown model 'Mistral-9B'" in out and "Traceback" not in out
     assert "the nearest are Mistral-7B" in out
+
+
+def test_past_a_rotary_models_context_the_verdict_says_so_once_and_the_ladder_marks_it():
+    text = planner_text("Llama-2-7B", "A100-80GB", method="full", per_device_batch=1, seq_len=16384)
+    note = "seq_len 16,384 is past Llama-2-7B's trained context of 4,096 tokens: the memory is as estimated"
+    verdict = next(line for line in text.splitlines() if line.startswith("does not fit: "))
+    assert note in verdict and f"\n* {note}" in text and "\nas asked " in text and " no* " in text
+    assert "was trained for" not in text, "the catalog's own context note is not said a second time"
+
+
+def test_a_seq_len_past_a_learned_position_table_says_why_instead_of_raising(capsys):
+    box = _widgets(widgets, "GPT-2", "T4", dict(START, seq_len=512, method="full"))
+    controls, _ = controls_of(box)
+    capsys.readouterr()
+    controls["seq_len"].value = 4096
+    out = capsys.readouterr().out
+    assert "cannot estimate this: seq_len=4096 is past GPT-2's 1,024 learned positions" in out
+    assert "pass seq_len <= 1024" in out and "Traceback" not in out

@@ -468,3 +468,53 @@ def test_importing_bitsandbytes_after_the_kit_prints_no_warning_about_optional_k
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=300)
     assert done.returncode == 0 and "imported" in done.stdout, done.stderr
     assert "kernels-community" not in done.stderr and "pip install kernels" not in done.stderr, done.stderr
+
+
+# a trained adapter's folder: that adapter on its base, never a fresh one on top
+
+
+def test_a_trained_adapters_folder_loads_that_adapter_on_its_base_never_a_fresh_one(tmp_path, capsys):
+    from helpers.resume import check_checkpoint
+
+    trained, tokenizer = load_qlora("embedded", r=4, alpha=8)
+    generator = torch.Generator().manual_seed(0)
+    for name, parameter in trained.named_parameters():
+        if "lora_B" in name:  # as training leaves them: no longer zero, so the adapter changes the output
+            parameter.data = torch.randn(parameter.shape, generator=generator) * 0.05
+    trained.save_pretrained(tmp_path / "final")  # what a run's final/ holds
+    capsys.readouterr()
+    loaded, _ = load_qlora(str(tmp_path / "final"))  # r=16 by default: the adapter's own rank wins
+    printed = capsys.readouterr()
+    fresh, _ = load_qlora("embedded", r=4, alpha=8)
+    batch = tokenizer("The loss is lower after training.", return_tensors="pt")
+    with torch.no_grad():
+        logits = {
+            name: m.eval()(**batch).logits for name, m in [("trained", trained), ("loaded", loaded), ("fresh", fresh)]
+        }
+    assert torch.equal(logits["loaded"], logits["trained"]), "the trained adapter's output, bit for bit"
+    assert not torch.allclose(logits["loaded"], logits["fresh"]), "not the untrained base with a fresh adapter"
+    assert loaded.peft_config["default"].r == 4 and list(loaded.peft_config) == ["default"]
+    assert any(p.requires_grad for p in loaded.parameters()), "trainable, to go on training it"
+    assert f"the trained adapter in {tmp_path / 'final'} (rank 4, alpha 8) on " in printed.out
+    assert "second time" not in printed.out + printed.err  # peft's "modify a model with PEFT for a second time"
+    # check_checkpoint: a whole adapter, for loading; one to resume, said as what it is, not "cut off"
+    assert check_checkpoint(tmp_path / "final", for_resume=False) == []
+    (problem,) = check_checkpoint(tmp_path / "final")
+    assert "final is a saved adapter (adapter_config.json; load it with helpers.qlora.load_qlora(" in problem
+    assert "not a Trainer checkpoint: it loads, it does not resume" in problem and "cut off" not in problem
+
+
+def test_an_adapter_trained_on_another_model_is_refused_where_the_tiny_model_stands_in(tmp_path):
+    trained, _ = load_qlora("embedded", r=4, alpha=8)
+    trained.save_pretrained(tmp_path / "final")
+    config = json.loads((tmp_path / "final" / "adapter_config.json").read_text())
+    (tmp_path / "final" / "adapter_config.json").write_text(
+        json.dumps(config | {"base_model_name_or_path": "Qwen/Qwen2.5-7B"})
+    )
+    with pytest.raises(
+        ValueError, match=r"trained on Qwen/Qwen2.5-7B, and the embedded tiny model was loaded in its place"
+    ):
+        load_qlora(str(tmp_path / "final"), smoke=True)
+    (tmp_path / "final" / "adapter_config.json").write_text(json.dumps(config | {"base_model_name_or_path": None}))
+    with pytest.raises(ValueError, match="names no base model"):
+        load_qlora(str(tmp_path / "final"))

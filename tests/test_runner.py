@@ -177,7 +177,12 @@ def test_a_dead_kernel_a_hanging_cell_and_a_corrupt_file_are_failed_rows_and_the
 def test_an_interrupt_still_writes_the_summary(tmp_path, sig, code):
     """Ctrl-C, or SIGTERM (what a scheduler or CI sends), to a real runner in a sleeping cell."""
     started = tmp_path / "kernel.pid"  # written by the sleeping cell as it starts: an event, not a delay
-    sleeps = f"import os, time\nopen({str(started)!r}, 'w').write(str(os.getpid()))\ntime.sleep(3600)"
+    child = tmp_path / "child.pid"  # a process the notebook started in a session of its own, never waited for
+    sleeps = (
+        "import os, subprocess, time\n"
+        f"open({str(child)!r}, 'w').write(str(subprocess.Popen(['sleep', '3600'], start_new_session=True).pid))\n"
+        f"open({str(started)!r}, 'w').write(str(os.getpid()))\ntime.sleep(3600)"
+    )
     notebooks = {"01_runs": RUNS_AFTER, "02_sleeps": [sleeps], "03_never_reached": RUNS_AFTER}
     write_notebooks(tmp_path / "nbs", notebooks)
     out = tmp_path / "out"
@@ -212,6 +217,43 @@ def test_an_interrupt_still_writes_the_summary(tmp_path, sig, code):
     while _alive(kernel) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(kernel), f"the interrupted notebook's kernel (pid {kernel}) is still running"
+    assert not _alive(int(child.read_text())), "a process the interrupted notebook started is still running"
+
+
+def background(tag: str, folder: Path) -> str:
+    """A cell that starts two processes it never waits for, each in a session of its own, and writes their pids."""
+    return (
+        f"!setsid nohup sleep 600 > /dev/null 2>&1 & echo $! > {folder / (tag + '.shell')}\n"
+        "import subprocess\n"
+        f"open({str(folder / (tag + '.popen'))!r}, 'w').write(str(subprocess.Popen(['sleep', '601'], "
+        "start_new_session=True).pid))"
+    )
+
+
+@pytest.mark.slow
+def test_no_process_a_notebook_starts_outlives_it_whether_it_passes_fails_or_times_out(tmp_path):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    notebooks = {
+        "01_passes": [background("01", pids), "x = 1"],
+        "02_fails": [background("02", pids), "1 / 0"],
+        "03_times_out": [background("03", pids), "import time\ntime.sleep(60)"],
+        "04_waits": ["import subprocess\nsubprocess.Popen(['sleep', '0.1']).wait()"],  # nothing left: no note
+    }
+    write_notebooks(tmp_path / "nbs", notebooks)
+    done = run_cli("--notebooks", str(tmp_path / "nbs"), "--out", str(tmp_path / "out"), "--cell-timeout", "5")
+    assert "2 ok, 2 failed" in done.stdout, done.stdout + done.stderr
+    started = {p.name: int(p.read_text()) for p in sorted(pids.iterdir())}
+    assert len(started) == 6, started
+    for name, pid in started.items():  # gone when the runner returns: no waiting here
+        assert not _alive(pid), f"{name}: pid {pid}, started by a notebook, outlived `python -m helpers run`"
+    rows = {r["notebook"]: r for r in json.loads((tmp_path / "out" / "summary.json").read_text())}
+    for stem, tag in [("01_passes", "01"), ("02_fails", "02")]:
+        (note,) = rows[stem]["notes"]
+        assert note.startswith(f"{stem}.ipynb left ") and "the runner ended" in note
+        assert f"pid {started[tag + '.popen']} (sleep 601)" in note and f"note: {note}" in done.stderr
+    assert rows["04_waits"]["notes"] == []
+    assert "## Notes" in (tmp_path / "out" / "summary.md").read_text()
 
 
 def _alive(pid: int) -> bool:

@@ -21,7 +21,9 @@ from helpers.data import DATASET_PATH, pack_course_data
 from helpers.manifest import MANIFEST_NAME, ManifestCallback, load_manifest
 from helpers.qlora import load_qlora
 from helpers.resume import list_checkpoints
+from helpers.run_folder import RunFolderError, check_run_folder
 from helpers.runs import RESULT_SETTINGS, choose_run_folder, recorded_settings
+from helpers.training import training_args
 
 SEQ_LEN = 32  # tokens per row
 SETTINGS = dict(
@@ -163,3 +165,59 @@ def test_the_rows_digest_ignores_the_files_date_where_datasets_fingerprint_does_
     assert rows_sha256(first) == rows_sha256(again) is not None
     assert rows_sha256(list(first)) == rows_sha256(list(again)), "a list of rows too"
     assert rows_sha256(first.select(range(1, len(first)))) != rows_sha256(first)
+
+
+# the folder a run trains in: checked before training (check_run_folder)
+
+
+@pytest.mark.parametrize("copy", ["checkpoint-1 - Copy", "checkpoint-1 copy", "checkpoint-1.bak", "checkpoint-12-old"])
+def test_the_trainers_rotation_would_delete_a_copy_of_a_checkpoint_so_the_run_is_refused_first(job, tmp_path, copy):
+    runs, model, train = job
+    folder = tmp_path / "capstone"
+    shutil.copytree(runs / "capstone", folder)
+    shutil.copytree(folder / "checkpoint-1", folder / copy)  # the user's own copy, made in a file manager
+    # what the Trainer's rotation does with it (transformers.trainer_utils.sort_checkpoints): a checkpoint
+    from transformers.trainer_utils import sort_checkpoints
+
+    assert str(folder / copy) in sort_checkpoints(str(folder))
+    with pytest.raises(RunFolderError) as refused:
+        choose(job, base=str(folder))
+    said = str(refused.value)
+    assert f"holds {copy!r}, which the Trainer's save_total_limit rotation takes for checkpoints" in said
+    assert f"e.g. 'copy of {copy}'" in said
+    with pytest.raises(RunFolderError, match="rotation"):
+        training_args(str(folder), save_total_limit=2, quiet=True)
+    assert (folder / copy).is_dir() and (folder / "checkpoint-1").is_dir(), "nothing moved, nothing deleted"
+
+
+def test_folders_the_rotation_ignores_and_runs_without_rotation_are_left_alone(job, tmp_path, capsys):
+    runs, model, train = job
+    folder = tmp_path / "capstone"
+    shutil.copytree(runs / "capstone", folder)
+    for name in ("checkpoint-notes", "old checkpoint-1", "final"):
+        (folder / name).mkdir()
+    assert choose(job, base=str(folder)) == folder
+    assert training_args(str(folder), save_strategy="no", save_total_limit=2, quiet=True)  # no saving: no rotation
+
+
+def test_a_folder_that_cannot_be_written_is_refused_before_training(tmp_path, monkeypatch):
+    # a read-only file system cannot be made here (the tests run as root, which writes through any mode
+    # bits): a stand-in tempfile.TemporaryFile raises what a read-only mount raises (EROFS)
+    import errno
+    import tempfile
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", read_only)
+    with pytest.raises(RunFolderError) as refused:
+        check_run_folder(tmp_path / "runs" / "capstone")
+    said = str(refused.value)
+    assert f"{tmp_path / 'runs' / 'capstone'} cannot be written ({tmp_path}: Read-only file system)" in said
+    assert "Train in a writable folder (on Kaggle under /kaggle/working" in said
+
+
+def test_a_file_where_the_run_folder_should_be_is_named(tmp_path):
+    (tmp_path / "runs").write_text("not a folder")
+    with pytest.raises(RunFolderError, match=r"runs is a file, so .*capstone cannot be a run folder"):
+        check_run_folder(tmp_path / "runs" / "capstone")

@@ -18,6 +18,7 @@ One module per family of terms, each private to this package:
 | module | what it counts |
 |---|---|
 | `_shapes` | the model: a catalog name, a config.json, a Hub id or a config, read into a `Shape` |
+| `_fields` | each field of a config as it is read: a whole number in range, a probability; `ModelConfigError` |
 | `_job` | the job as counted (`Job`: a `helpers.job.TrainingJob` on a model and a card), the byte sizes, `Harness` |
 | `_weights` | the stored weights and the loading peak |
 | `_optimizer` | the gradients, the optimizer's states and its step's temporaries |
@@ -51,7 +52,8 @@ from helpers.estimate._allocator import (
     SAFETY_MARGIN,
     allocator_slack,
 )
-from helpers.estimate._breakdown import Estimate
+from helpers.estimate._breakdown import Estimate, past_context
+from helpers.estimate._fields import ModelConfigError
 from helpers.estimate._head import forward_logits, held_output, logits_moment
 from helpers.estimate._job import (
     ADAMW_FAMILY,
@@ -84,6 +86,7 @@ __all__ = [
     "WEIGHT_BYTES",
     "Estimate",
     "Harness",
+    "ModelConfigError",
     "Shape",
     "TrainingJob",
     "estimate_training_memory",
@@ -129,7 +132,14 @@ def estimate_training_memory(
     Returns:
         an Estimate: weights, gradients, optimizer, activations, logits, recompute, cuda_context,
         allocator_slack, load_peak in bytes, and `allocated` / `reserved` / `total` / `load_total`,
-        `fits(gpu)` and `verdict(gpu)` ("fits", "borderline" or "does not fit").
+        `fits(gpu)` and `verdict(gpu)` ("fits", "borderline" or "does not fit"); `context_note` says
+        a seq_len past a rotary model's trained context ("" within it), and `verdict_line` with it.
+
+    Raises:
+        ModelConfigError (a ValueError): a config field the estimator cannot use (0 heads, a size
+            written as text, a dropout of 1.5), naming the field, the value, where it came from and the fix.
+        helpers.job.JobSettingError: a setting that cannot be used, or a seq_len past a learned
+            position table (GPT-2's 1,024, BERT's 512).
 
     Example:
         >>> e = estimate_training_memory("Mistral-7B", per_device_batch=1, seq_len=512, method="qlora",
@@ -183,6 +193,7 @@ def _estimate(job: Job) -> Estimate:
         previous_output=int(held),
         forward_end=int(sum(parts.values()) - parts.get("loss log-probs", 0) + forward_logits(job) + held) * (held > 0),
         output_held=int(held_output(job, f)) if job.loop == "custom" else 0,
+        context_note=past_context(shape, job.seq_len),
     )
 
 

@@ -14,7 +14,7 @@ from helpers._util import GIB
 from helpers.catalog import gpu_bytes
 from helpers.estimate._allocator import ALLOCATOR_SLACK, SAFETY_MARGIN
 
-__all__ = ["Estimate"]
+__all__ = ["Estimate", "past_context"]
 
 
 @dataclass
@@ -47,6 +47,9 @@ class Estimate:
     forward_end: int = 0  # the end of the forward with the previous output still held (above the weights)
     output_held: int = 0  # a hand-written loop's `outputs`: held at every moment of the step (loop="custom")
     attention: str = ""  # the attention kernel that runs: "eager", "flash", "efficient" or "math" (`_attention`)
+    # seq_len past a rotary model's trained context, in words (`past_context`): the bytes are right, the
+    # job is not what the model was trained for; every display of the verdict says it ("" when within it)
+    context_note: str = ""
 
     @property
     def allocated(self) -> int:
@@ -114,6 +117,7 @@ class Estimate:
             f"{self.verdict(gpu)}: {what} needs {peak / GIB:.2f} GiB of {gpu_bytes(gpu) / GIB:.2f} GiB "
             f"(reserved {self.reserved / GIB:.2f} GiB, which is what runs out, + CUDA context "
             f'{self.cuda_context / GIB:.2f} GiB); "fits" leaves {margin:.0%} free for the estimator\'s known error'
+            + (f". Note: {self.context_note}" if self.context_note else "")
         )
 
     def table(self) -> str:
@@ -137,3 +141,23 @@ class Estimate:
             ("loading (total, before training)", self.load_total),
         ]
         return "\n".join(f"{name:32} {b / GIB:8.2f} GiB" for name, b in rows)
+
+
+def past_context(shape, seq_len: int) -> str:
+    """What a seq_len past a rotary model's trained context (`Shape.context`) means, in words; "" within it
+    or when the context is not known.
+
+    A learned position table cannot take more positions at all (the estimator refuses the job); rotary
+    positions can be computed for any length, so the memory is as estimated, but the model never saw
+    such distances while it was trained."""
+    if not shape.context or seq_len <= shape.context:
+        return ""
+    whose = f"{shape.name}'s" if shape.name else "the model's"
+    quality = "the memory is as estimated, the model's quality there is not"
+    if shape.rope_scaling:  # max_position_embeddings may or may not count the stretch already
+        return (
+            f"seq_len {seq_len:,} is past {whose} max_position_embeddings of {shape.context:,} tokens, which its "
+            f"config's rope_scaling ({shape.rope_scaling}) may stretch (see the model card): {quality}"
+        )
+    scaling = " (no rope_scaling in its config)" if shape.rope_scaling == "" else ""
+    return f"seq_len {seq_len:,} is past {whose} trained context of {shape.context:,} tokens{scaling}: {quality}"

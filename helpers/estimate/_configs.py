@@ -17,6 +17,7 @@ from pathlib import Path
 __all__ = [
     "WAYS_IN",
     "config_dict",
+    "config_source",
     "hub_config",
     "hub_page_id",
     "looks_like_hub_id",
@@ -55,11 +56,27 @@ def config_dict(model) -> dict:
     raise ValueError(f"cannot read a model from a {type(model).__name__}. {WAYS_IN}")
 
 
+def config_source(model) -> str:
+    """Where `config_dict(model)` read the config from, as an error names it: the file, the Hub id's
+    config.json, the config dict or the transformers config."""
+    if isinstance(model, (str, Path)):
+        path = Path(model).expanduser()
+        path = path / "config.json" if path.is_dir() else path
+        return str(path) if path.is_file() else f"the config.json of {str(model)!r}"
+    return "the config dict" if isinstance(model, dict) else f"the {type(model).__name__}"
+
+
 def read_json(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())
+        config = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise ValueError(f"{path} is not a readable config.json ({e}): download it again from the model's page") from e
+    if not isinstance(config, dict):
+        raise ValueError(
+            f"{path} holds a JSON {type(config).__name__}, not a config (an object of fields such as "
+            '"model_type"): download the model\'s config.json again from its page'
+        )
+    return config
 
 
 def looks_like_path(text: str) -> bool:

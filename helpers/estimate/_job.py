@@ -16,7 +16,7 @@ from functools import cached_property
 from helpers.catalog import card_capability
 from helpers.env import half_precision
 from helpers.estimate._shapes import Shape, lora_parameters
-from helpers.job import TrainingJob
+from helpers.job import JobSettingError, TrainingJob
 
 __all__ = [
     "ADAMW_FAMILY",
@@ -231,6 +231,13 @@ def _check_shape(job: Job) -> None:
         raise ValueError("a classifier head needs num_labels >= 1 in the model's shape")
     if shape.family == "bert" and shape.head != "classifier":
         raise ValueError("BERT is modeled with its sequence-classification head: use head='classifier' and num_labels")
+    if shape.max_positions and job.seq_len > shape.max_positions:  # a rotary model's context: Estimate.context_note
+        whose = f"{shape.name}'s" if shape.name else "the model's"
+        raise JobSettingError(
+            f"seq_len={job.seq_len} is past {whose} {shape.max_positions:,} learned positions: its position table "
+            f"has no row beyond them, so the model cannot take a longer sequence; pass seq_len <= "
+            f"{shape.max_positions} (or pick a model with rotary positions)"
+        )
 
 
 def _check_harness(job: Job) -> None:

@@ -4,16 +4,25 @@ Private to `helpers.estimate` (taught in notebook 01, memory anatomy; `python -m
 which exports `shape_of`. Each architecture family transformers names in `model_type` is read
 into a `Shape` here: what the per-layer walk (`_activations`) needs to know about it.
 tests/test_estimate_families.py builds a tiny random model of each family with the real
-transformers class and holds the walk to the bytes it saves. Pure Python: no torch; the network
-only for a Hub id, and only for its config.json.
+transformers class and holds the walk to the bytes it saves. Every field is read checked
+(`_fields`): a config that cannot describe a model is refused here, naming the field and the fix.
+Pure Python: no torch; the network only for a Hub id, and only for its config.json.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from helpers.catalog import resolve_model
-from helpers.estimate._configs import WAYS_IN, config_dict, hub_page_id, looks_like_hub_id, looks_like_path
+from helpers.estimate._configs import (
+    WAYS_IN,
+    config_dict,
+    config_source,
+    hub_page_id,
+    looks_like_hub_id,
+    looks_like_path,
+)
+from helpers.estimate._fields import ConfigFields, ModelConfigError, check_heads, check_shape
 
 __all__ = [
     "HEAD_TARGET",
@@ -66,7 +75,7 @@ class Shape:
     resid_dropout: float = 0.0  # GPT-2 and BERT drop after attention, after the MLP and after embeddings
     attn_impl: str = "sdpa"  # "eager", "sdpa" or "flash_attention_2"
     qkv_bias: bool = False
-    max_positions: int = 0  # learned position table size (GPT-2, BERT); 0 with rotary
+    max_positions: int = 0  # learned position table size (GPT-2, BERT; no seq_len past it); 0 with rotary
     head: str = "lm"  # "lm": logits over the vocabulary; "classifier": num_labels logits per sequence
     num_labels: int = 0  # classifier outputs
     type_vocab: int = 0  # BERT's token-type (segment) embeddings
@@ -81,6 +90,18 @@ class Shape:
     # the forward returns a key/value cache (the config's use_cache; BERT has none): a setting of the
     # run, not of the architecture, so two shapes that differ only here are the same model
     use_cache: bool = field(default=True, compare=False)
+    # what an estimate says about the model beside its bytes, so not compared either: the name it was read
+    # as (a catalog name, a Hub id, the config's _name_or_path; "" when none), the positions a rotary model
+    # was trained on (max_position_embeddings, the catalog's context; 0: not known) and the RoPE scaling
+    # its config asks for ("yarn, factor 4"; "": none; None: not read from a config)
+    name: str = field(default="", compare=False)
+    context: int = field(default=0, compare=False)
+    rope_scaling: str | None = field(default=None, compare=False)
+
+    def __post_init__(self):
+        values = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        source = f"the shape of {self.name}" if self.name else "the Shape"
+        check_shape(values, source, families=tuple(dict.fromkeys(MODEL_TYPES.values())))
 
     @property
     def gated(self) -> bool:
@@ -217,18 +238,30 @@ def shape_of(model) -> Shape:
                 raise ValueError(f"{unknown}. {WAYS_IN}") from None
         else:
             if not (match.note and looks_like_path(model)):  # a folder named like a variant is read as the folder
-                return Shape(**match.entry["shape"])
-    config = config_dict(model)
+                name = match.variant or match.name
+                try:
+                    return Shape(**match.entry["shape"], name=name, context=match.context or 0)
+                except ModelConfigError as e:  # a kit bug: say where
+                    raise ModelConfigError(f"{e} (the catalog's entry: helpers/assets/catalog/models.json)") from None
+    config, source = config_dict(model), config_source(model)
     impl = getattr(model, "_attn_implementation", None) or config.get("_attn_implementation")
-    return _shape_from_config(config, impl)
+    if impl is not None and not isinstance(impl, str):
+        raise ModelConfigError(f"_attn_implementation={impl!r} in {source} is not a name: pass 'sdpa' or 'eager'")
+    shape = _shape_from_config(config, impl, source)
+    if isinstance(model, str) and looks_like_hub_id(model) and not looks_like_path(model):
+        return replace(shape, name=model)  # the Hub id, not the folder it was saved from (_name_or_path)
+    named = config.get("_name_or_path")
+    return replace(shape, name=named.strip()) if isinstance(named, str) and named.strip() else shape
 
 
-def _shape_from_config(c: dict, impl: str | None) -> Shape:
+def _shape_from_config(c: dict, impl: str | None, source: str) -> Shape:
     kind = c.get("model_type", "")
     if kind == "gemma3" and "text_config" in c:  # the multimodal Gemma 3: the estimator reads its language model
+        if not isinstance(c["text_config"], dict):
+            raise ModelConfigError(f"text_config in {source} is not a table: pass the model's whole config.json")
         c = {"model_type": "gemma3_text", **c["text_config"]}
         kind = "gemma3_text"
-    if kind not in MODEL_TYPES:
+    if not isinstance(kind, str) or kind not in MODEL_TYPES:
         raise ValueError(
             f"The estimator does not know model_type {kind!r} yet; it knows {', '.join(sorted(MODEL_TYPES))}. "
             "Pick the closest catalog model instead."
@@ -238,99 +271,111 @@ def _shape_from_config(c: dict, impl: str | None) -> Shape:
     if missing:
         raise ValueError(
             f"the {kind} config lacks {', '.join(repr(k) for k in missing)}: pass the model's whole config.json "
-            f"(or add {missing[0]!r} to the dict)"
+            f"(or add {missing[0]!r} to the dict); read from {source}"
         )
     # Gemma 2 has no sdpa path in transformers (its scores are soft-capped): eager unless asked
     impl = impl or ("eager" if kind == "gemma2" else "sdpa")
-    return {"gpt2": _gpt2, "bert": _bert, "neox": _neox}.get(family, _decoder)(c, impl, kind)
+    return {"gpt2": _gpt2, "bert": _bert, "neox": _neox}.get(family, _decoder)(ConfigFields(c, source), impl, kind)
 
 
-def _dims(c: dict, keys=("hidden_size", "num_hidden_layers", "num_attention_heads")) -> dict:
-    """The sizes every family has, read from a config (GPT-2 spells them its own way)."""
-    h, layers, heads = (c[k] for k in keys)
-    kv = c.get("num_key_value_heads") or heads
-    return dict(hidden=h, layers=layers, heads=heads, kv_heads=kv, head_dim=c.get("head_dim") or h // heads)
+def _dims(f: ConfigFields, keys=("hidden_size", "num_hidden_layers", "num_attention_heads")) -> dict:
+    """The sizes every family has, read from a config (GPT-2 spells them its own way), each checked."""
+    h, layers, heads = (f.size(k) for k in keys)
+    dims = dict(hidden=h, layers=layers, heads=heads, kv_heads=f.size("num_key_value_heads", heads))
+    check_heads(dims, (keys[0], keys[2], "num_key_value_heads"), f.source, f.config.get("head_dim") is not None)
+    return dims | dict(head_dim=f.size("head_dim", h // heads))
 
 
-def _gpt2(c: dict, impl: str, kind: str) -> Shape:
-    dims, h = _dims(c, ("n_embd", "n_layer", "n_head")), c["n_embd"]
+def _rotary(f: ConfigFields) -> dict:
+    """A rotary model's trained context and the RoPE scaling its config asks for (`_breakdown.past_context`)."""
+    return dict(context=f.size("max_position_embeddings", 0), rope_scaling=f.rope_scaling())
+
+
+def _gpt2(f: ConfigFields, impl: str, kind: str) -> Shape:
+    dims = _dims(f, ("n_embd", "n_layer", "n_head"))
     return Shape(
         "gpt2",
         **dims,
-        intermediate=c.get("n_inner") or 4 * h,
-        vocab=c["vocab_size"],
-        act=c.get("activation_function", "gelu_new"),
-        tied=c.get("tie_word_embeddings", True),
-        attn_dropout=c.get("attn_pdrop", 0.1),
-        resid_dropout=c.get("resid_pdrop", 0.1),
-        embed_dropout=c.get("embd_pdrop", 0.1),
+        intermediate=f.size("n_inner", 4 * dims["hidden"]),
+        vocab=f.size("vocab_size"),
+        act=f.text("activation_function", default="gelu_new"),
+        tied=f.flag("tie_word_embeddings", True),
+        attn_dropout=f.dropout("attn_pdrop", 0.1),
+        resid_dropout=f.dropout("resid_pdrop", 0.1),
+        embed_dropout=f.dropout("embd_pdrop", 0.1),
         attn_impl=impl,
-        use_cache=c.get("use_cache", True),
-        max_positions=c["n_positions"],
+        use_cache=f.flag("use_cache", True),
+        max_positions=f.size("n_positions"),
     )
 
 
-def _bert(c: dict, impl: str, kind: str) -> Shape:
+def _bert(f: ConfigFields, impl: str, kind: str) -> Shape:
     """An encoder trained with a classification head (BertForSequenceClassification)."""
-    dropout = c.get("hidden_dropout_prob", 0.1)
+    dropout, labels = f.dropout("hidden_dropout_prob", 0.1), f.config.get("id2label") or {}
+    if not isinstance(labels, dict | list):
+        raise ModelConfigError(
+            f"id2label={labels!r} in {f.source} is not a table: pass e.g. id2label={{0: 'no', 1: 'yes'}}"
+        )
     return Shape(
         "bert",
-        **_dims(c),
-        intermediate=c["intermediate_size"],
-        vocab=c["vocab_size"],
-        act=c.get("hidden_act", "gelu"),
-        attn_dropout=c.get("attention_probs_dropout_prob", 0.1),
+        **_dims(f),
+        intermediate=f.size("intermediate_size"),
+        vocab=f.size("vocab_size"),
+        act=f.text("hidden_act", default="gelu"),
+        attn_dropout=f.dropout("attention_probs_dropout_prob", 0.1),
         resid_dropout=dropout,
         embed_dropout=dropout,
         attn_impl=impl,
         use_cache=False,
         qkv_bias=True,
-        max_positions=c.get("max_position_embeddings", 512),
+        max_positions=f.size("max_position_embeddings", 512),
         head="classifier",
-        num_labels=c.get("num_labels") or len(c.get("id2label") or {}) or 2,
-        type_vocab=c.get("type_vocab_size", 2),
+        num_labels=f.size("num_labels", len(labels) or 2),
+        type_vocab=f.size("type_vocab_size", 2),
     )
 
 
-def _neox(c: dict, impl: str, kind: str) -> Shape:
+def _neox(f: ConfigFields, impl: str, kind: str) -> Shape:
     """GPT-NeoX (Pythia): LayerNorm, one fused q/k/v with biases, partial rotary, parallel residual."""
-    rope, dropout = c.get("rope_parameters") or c.get("rope_scaling") or {}, c.get("hidden_dropout", 0.0)
+    dropout = f.dropout("hidden_dropout", 0.0)
     return Shape(
         "neox",
-        **_dims(c),
-        intermediate=c["intermediate_size"],
-        vocab=c["vocab_size"],
-        act=c.get("hidden_act", "gelu"),
-        tied=c.get("tie_word_embeddings", False),
-        attn_dropout=c.get("attention_dropout", 0.0),
+        **_dims(f),
+        intermediate=f.size("intermediate_size"),
+        vocab=f.size("vocab_size"),
+        act=f.text("hidden_act", default="gelu"),
+        tied=f.flag("tie_word_embeddings", False),
+        attn_dropout=f.dropout("attention_dropout", 0.0),
         resid_dropout=dropout,
         embed_dropout=dropout,
         attn_impl=impl,
-        use_cache=c.get("use_cache", True),
-        rotary_fraction=c.get("rotary_pct") or rope.get("partial_rotary_factor") or 0.25,
-        parallel_residual=c.get("use_parallel_residual", True),
+        use_cache=f.flag("use_cache", True),
+        rotary_fraction=f.fraction("rotary_pct", 0.25),
+        parallel_residual=f.flag("use_parallel_residual", True),
+        **_rotary(f),
     )
 
 
-def _decoder(c: dict, impl: str, kind: str) -> Shape:
+def _decoder(f: ConfigFields, impl: str, kind: str) -> Shape:
     """Llama, Mistral, Qwen2/3, Gemma 1/2/3, Phi-3: RMSNorm, rotary, a gated MLP."""
-    rope, sandwich = c.get("rope_parameters") or c.get("rope_scaling") or {}, kind in ("gemma2", "gemma3_text")
+    sandwich = kind in ("gemma2", "gemma3_text")
     return Shape(
         MODEL_TYPES[kind],
-        **_dims(c),
-        intermediate=c["intermediate_size"],
-        vocab=c["vocab_size"],
-        act=c.get("hidden_act") or c.get("hidden_activation") or "silu",
-        tied=c.get("tie_word_embeddings", kind.startswith("gemma")),
-        attn_dropout=c.get("attention_dropout") or 0.0,
+        **_dims(f),
+        intermediate=f.size("intermediate_size"),
+        vocab=f.size("vocab_size"),
+        act=f.text("hidden_act", "hidden_activation", default="silu"),
+        tied=f.flag("tie_word_embeddings", kind.startswith("gemma")),
+        attn_dropout=f.dropout("attention_dropout"),
         # Phi-3 drops after attention and after the MLP (its embd_pdrop is no longer applied in transformers 5)
-        resid_dropout=c.get("resid_pdrop") or 0.0,
+        resid_dropout=f.dropout("resid_pdrop"),
         attn_impl=impl,
-        use_cache=c.get("use_cache", True),
-        qkv_bias=kind == "qwen2" or bool(c.get("attention_bias")),
+        use_cache=f.flag("use_cache", True),
+        qkv_bias=kind == "qwen2" or f.flag("attention_bias", False),
         qk_norm=kind in ("qwen3", "gemma3_text"),
         sandwich_norms=sandwich,
-        attn_softcap=(c.get("attn_logit_softcapping") or 0.0) if sandwich else 0.0,
-        logit_softcap=(c.get("final_logit_softcapping") or 0.0) if sandwich else 0.0,
-        rotary_fraction=c.get("partial_rotary_factor") or rope.get("partial_rotary_factor") or 1.0,
+        attn_softcap=f.cap("attn_logit_softcapping") if sandwich else 0.0,
+        logit_softcap=f.cap("final_logit_softcapping") if sandwich else 0.0,
+        rotary_fraction=f.fraction("partial_rotary_factor", 1.0),
+        **_rotary(f),
     )

@@ -13,6 +13,14 @@ The cell timeout: 300 s by default with `--smoke` (the slowest smoke notebook ta
 all on a laptop CPU: room for a loaded CI machine), 3600 s without (a real 7B download or fine-tune
 cell on a T4). A cell past it fails its notebook, and the kernel is shut down; the next notebook
 starts in a fresh one.
+
+Nothing a notebook starts outlives it: every process its kernel starts (a `!sleep 600 &` shell job,
+a `subprocess.Popen` never waited for, a daemon that left the kernel's session) inherits
+`RUN_TOKEN` in its environment, which names this one execution. When papermill returns or raises
+(the notebook ran clean, failed, ran past its timeout, or Ctrl-C or SIGTERM stopped the run), every
+process still carrying that value is sent SIGTERM, then SIGKILL after `END_GRACE_S`, and the
+Outcome's `notes` name what was ended. A reparented orphan (its parent gone) or a new session is
+found all the same: the search is by the value, not by the process tree.
 """
 
 from __future__ import annotations
@@ -20,7 +28,9 @@ from __future__ import annotations
 import ast
 import logging
 import math
+import os
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,12 +39,24 @@ from helpers.maintainer.failures import describe_failure, printable
 from helpers.results import load_results
 from helpers.simulate import VARIABLE as simulate_variable
 
-__all__ = ["CELL_TIMEOUT_S", "SMOKE_PARAMETERS", "Outcome", "declared_parameters", "execute"]
+__all__ = [
+    "CELL_TIMEOUT_S",
+    "END_GRACE_S",
+    "RUN_TOKEN",
+    "SMOKE_PARAMETERS",
+    "Outcome",
+    "declared_parameters",
+    "end_processes",
+    "execute",
+]
 
 # What --smoke injects where the parameters cell declares it (a quick run times one step, not a median).
 SMOKE_PARAMETERS = {"smoke": True, "max_steps": 4, "timing_steps": 1}
 # seconds one cell may run before its notebook fails (--cell-timeout): see the module docstring
 CELL_TIMEOUT_S = {"smoke": 300.0, "full": 3600.0}
+# the environment variable every process of one execution inherits, and how long each gets to end on SIGTERM
+RUN_TOKEN = "HELPERS_RUN_TOKEN"
+END_GRACE_S = 3.0
 
 
 @dataclass
@@ -44,6 +66,7 @@ class Outcome:
     seconds: float
     results: dict = field(default_factory=dict)
     error: str = ""
+    notes: list[str] = field(default_factory=list)  # what the runner did besides running it (processes ended)
 
 
 def execute(
@@ -60,22 +83,88 @@ def execute(
     stem = path.stem
     results_file = out / "results" / f"{stem}.json"
     executed = out / "notebooks" / f"{stem}.ipynb"
-    start = time.perf_counter()
+    start, token, ended = time.perf_counter(), uuid.uuid4().hex, []
     try:
-        _papermill(path, executed, results_file, out / "work" / stem, smoke, simulate, cell_timeout)
+        _papermill(path, executed, results_file, out / "work" / stem, smoke, simulate, cell_timeout, token)
         error = ""
     except Exception as e:  # one notebook's end, whatever its cause: the next one still runs
         error = describe_failure(path, executed, e, cell_timeout)
+    finally:  # also on Ctrl-C or SIGTERM (a KeyboardInterrupt), which the runner reports
+        ended = end_processes(token)
     seconds = time.perf_counter() - start
     try:
         results = load_results(results_file)
     except (OSError, ValueError) as e:  # a results file the notebook left unreadable
         unreadable = f"{path.name}: its results file {results_file} does not read back ({e})"
         results, error = {}, error or printable(unreadable)
-    return Outcome(stem, "failed" if error else "ok", seconds, results, error)
+    notes = [_ended_note(path, ended)] if ended else []
+    return Outcome(stem, "failed" if error else "ok", seconds, results, error, notes)
 
 
-def _papermill(path, executed, results_file, workdir, smoke, simulate, cell_timeout) -> None:
+def end_processes(token: str, grace_s: float = END_GRACE_S) -> list[str]:
+    """End every process whose environment has `RUN_TOKEN` = `token`; each one as "pid 123 (sleep 600)".
+
+    SIGTERM first, SIGKILL for those still running after `grace_s` seconds; searched again until
+    none is left (a shell loop may start one more as it ends), at most five times.
+    """
+    import psutil
+
+    ended = []
+    for _ in range(5):
+        found = [p for p in _carrying(psutil, token) if p.pid != os.getpid()]
+        if not found:
+            break
+        ended += [f"pid {p.pid} ({_command(p)})" for p in found]
+        for signal_them in ("terminate", "kill"):
+            for p in found:
+                try:
+                    getattr(p, signal_them)()
+                except psutil.Error:  # it ended meanwhile, or is no longer ours to signal
+                    pass
+            deadline = time.monotonic() + grace_s
+            while (found := [p for p in found if _running(psutil, p)]) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if not found:
+                break
+    return ended
+
+
+def _carrying(psutil, token: str) -> list:
+    """The processes this user may read whose environment holds RUN_TOKEN=token."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get(RUN_TOKEN) == token:
+                found.append(p)
+        except (psutil.Error, OSError):  # gone, a zombie, or another user's: not one the kernel started
+            continue
+    return found
+
+
+def _running(psutil, p) -> bool:
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE  # a zombie has ended; only its parent can reap it
+    except psutil.Error:
+        return False
+
+
+def _command(p) -> str:
+    try:
+        return printable(" ".join(p.cmdline()) or p.name())[:80]
+    except Exception:  # gone between the search and now
+        return "ended"
+
+
+def _ended_note(path: Path, ended: list[str]) -> str:
+    listing = ", ".join(ended[:5]) + (f" and {len(ended) - 5} more" if len(ended) > 5 else "")
+    return printable(
+        f"{path.name} left {len(ended)} process{'es' if len(ended) != 1 else ''} running when it ended: "
+        f"{listing}; the runner ended {'them' if len(ended) != 1 else 'it'}. To keep a background job's work, "
+        "wait for it in the notebook (process.wait(), or wait in the same shell cell)"
+    )
+
+
+def _papermill(path, executed, results_file, workdir, smoke, simulate, cell_timeout, token) -> None:
     """Run papermill on one notebook; raises what papermill, nbclient or nbformat raise."""
     import papermill as pm
 
@@ -96,6 +185,7 @@ def _papermill(path, executed, results_file, workdir, smoke, simulate, cell_time
     kernel_env[simulate_variable] = simulate or ""  # an empty value: the real machine
     # ipykernel 6 on Python 3.12+ (Colab's, Kaggle's) has debugpy warn about frozen modules at every start
     kernel_env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
+    kernel_env[RUN_TOKEN] = token  # inherited by every process the kernel starts: end_processes finds them
     with environ(kernel_env):
         pm.execute_notebook(
             str(path),

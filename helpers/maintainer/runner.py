@@ -10,7 +10,9 @@ Every notebook runs, whatever happens to the others, and the summary is always w
 cell, a kernel that dies (killed for memory), a cell that runs past `--cell-timeout`, a file that is
 not a notebook, or anything else that stops one notebook is one failed row, named with its cause.
 An interrupt, Ctrl-C or SIGTERM (what a scheduler or CI sends to stop a job), writes the summary
-too: the notebook it stopped as "interrupted", those it did not reach as "not run".
+too: the notebook it stopped as "interrupted", those it did not reach as "not run". No process a
+notebook started outlives its row, whichever way it ended (`execution.end_processes`); a note
+under the row names any the runner had to end.
 The exit code: 0 when every notebook ran clean, 1 when any did not, 128 + the signal's number after
 an interrupt (130 for Ctrl-C, 143 for SIGTERM), as a shell reports a process a signal ended.
 
@@ -102,6 +104,8 @@ def run(
                 print(format_line(outcome), flush=True)
                 if outcome.error:
                     print(outcome.error, file=sys.stderr, flush=True)
+                for note in outcome.notes:  # processes the notebook left running, which execute() ended
+                    print(f"note: {note}", file=sys.stderr, flush=True)
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM raised as _Stopped
         stopped = getattr(e, "signum", signal.SIGINT)
         print(

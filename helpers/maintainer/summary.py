@@ -4,6 +4,10 @@
 `write_summary` writes `<out>/summary.json` (every `Outcome` as it is) and `<out>/summary.md` (a
 table of figures, then each failure in a code block), whatever stopped the run.
 `helpers.maintainer.times` reads summary.json back for each notebook's **Time:** line.
+
+Every cell of the table goes through `md_cell` (the kit's one escaping of Markdown table cells): a
+notebook named `a|b.ipynb`, a figure's key or value with a "|", a backtick or a newline stays in its
+cell, and its row keeps four cells.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from helpers.maintainer.execution import Outcome
+from helpers.quickcheck.escaping import md_cell, md_text
 
 __all__ = ["format_line", "write_summary"]
 
@@ -46,11 +51,14 @@ def write_summary(outcomes: list[Outcome], out: Path, *, smoke: bool, simulate: 
         "|---|---|---:|---|",
     ]
     for o in outcomes:
-        figures = ", ".join(f"`{k}` = {_short(v)}" for k, v in o.results.items())
-        lines.append(f"| {o.notebook} | {o.status} | {o.seconds:.1f} | {figures} |")
+        figures = ", ".join(f"{md_cell(k, 100, code=True)} = {md_cell(_short(v))}" for k, v in o.results.items())
+        lines.append(f"| {md_cell(o.notebook)} | {md_cell(o.status)} | {o.seconds:.1f} | {figures} |")
     failures = [o for o in outcomes if o.error]
     if failures:
         lines += ["", "## Failures", ""] + [_fenced(o.error) for o in failures]
+    noted = [o for o in outcomes if o.notes]
+    if noted:
+        lines += ["", "## Notes", ""] + [f"- {md_text(o.notebook)}: {md_text(n, 600)}" for o in noted for n in o.notes]
     path = out / "summary.md"
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -17,9 +17,13 @@ then (export again to follow a change). The kit must be installed (pip install t
     accelerate launch --config_file accelerate_config.yaml train.py  # 1..N GPUs on this machine
     sbatch job.sbatch                                                # Slurm: requeued on preemption
 
-Started again with the same --output-dir and the same settings (a requeued job is), it goes on from the
-newest whole checkpoint of this model (helpers.resume.latest_valid_checkpoint); a finished run trains
-nothing more. Started with a setting that decides the result changed (--learning-rate, --max-steps, ...:
+Every flag's value is checked as it is read, and the run folder (writable, nothing of yours in it the
+checkpoint rotation would delete) and the data (--seq-len leaves answers to learn and to evaluate) before
+the model loads. Started again with the same --output-dir and the same settings (a requeued job is), it
+goes on from the newest whole checkpoint of this model (helpers.resume.latest_valid_checkpoint); a
+finished run trains nothing more, and one that stopped before writing final/ and result.json writes them
+from its last checkpoint. It prints "done" and exits 0 only with both written.
+Started with a setting that decides the result changed (--learning-rate, --max-steps, ...:
 helpers.runs.RESULT_SETTINGS), it says which and trains a new run beside it, in OUTPUT_DIR-2 (-3, ...),
 never on from the old run's checkpoints (helpers.runs.choose_run_folder).
 It never trains over a checkpoint it cannot use: newer ones it skips are moved to
@@ -41,6 +45,9 @@ PARAMETERS = {{PARAMETERS}}
 
 
 def parse_args(argv=None):
+    """The flags, each value checked as it is read (helpers.job.check_setting): a bad one stops here, exit code 2."""
+    from helpers.job_flags import setting_type
+
     parser = argparse.ArgumentParser(description="Notebook 08's QLoRA fine-tune, resumable.")
     for name, (default, comment) in PARAMETERS.items():
         flag = "--" + name.replace("_", "-")
@@ -48,7 +55,7 @@ def parse_args(argv=None):
         if isinstance(default, bool):
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=text)
         else:
-            parser.add_argument(flag, type=type(default), default=default, help=text)
+            parser.add_argument(flag, type=setting_type(name, default), default=default, help=text)
     parser.add_argument(
         "--output-dir",
         help="checkpoints go here, and a restart with the same settings resumes here; a changed setting trains in "
@@ -66,13 +73,22 @@ def parse_args(argv=None):
 
 def course_data(tokenizer, opts, tiny):
     """The notebook's data: instruction / response pairs in the model's chat format, the loss on the answers
-    only, a few held out (72 rows when tiny)."""
-    from helpers.data import chat_dataset, load_course_data
+    only, a few held out (72 rows when tiny); SystemExit when --seq-len leaves nothing to train or evaluate on."""
+    from helpers.data import SeqLenTooShort, chat_dataset, load_course_data
 
     rows = load_course_data().shuffle(seed=opts.seed)
     rows = rows.select(range(72)) if tiny else rows
     split = rows.train_test_split(test_size=8 if tiny else 16, seed=opts.seed)
-    return [chat_dataset(split[s], tokenizer, opts.seq_len) for s in ("train", "test")]
+    data = {}
+    for name, part in (("training", "train"), ("held-out", "test")):
+        try:
+            data[part] = chat_dataset(split[part], tokenizer, opts.seq_len)
+        except SeqLenTooShort as e:  # nothing to learn from, or no held-out loss to say how the run did
+            raise SystemExit(
+                f"error: --seq-len {opts.seq_len} leaves none of the {len(split[part])} {name} examples an answer "
+                f"token (the shortest prompt is {e.shortest_prompt} tokens): pass a --seq-len above {e.shortest_prompt}"
+            ) from None
+    return data["train"], data["test"]
 
 
 def choose_checkpoint(output_dir, model, opts):
@@ -111,14 +127,58 @@ def finished(checkpoint):
     return state["global_step"] >= state["max_steps"]
 
 
+def delivered(output_dir):
+    """True when the run's results are whole: final/ holds the adapter and result.json its held-out loss."""
+    from helpers.resume import check_checkpoint
+
+    try:
+        result = json.loads((output_dir / "result.json").read_text())
+    except (OSError, ValueError):
+        return False
+    final = output_dir / "final"
+    return final.is_dir() and not check_checkpoint(final, for_resume=False) and "eval_loss" in result
+
+
+def finish(trainer, output_dir, resume_from, checkpoint=None):
+    """Evaluate on the held-out rows, then save final/ and result.json (rank 0); SystemExit with no held-out loss.
+
+    `checkpoint`: a finished run's last checkpoint whose results were never written (the job stopped after
+    it): its adapter is loaded first, so the results are those of the run that trained it.
+    """
+    if checkpoint is not None:
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        set_peft_model_state_dict(trainer.model, load_file(str(Path(checkpoint) / "adapter_model.safetensors")))
+        state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
+        trainer.state.global_step, trainer.state.log_history = state["global_step"], state["log_history"]
+    eval_loss = trainer.evaluate().get("eval_loss")
+    if eval_loss is None:  # nothing is called done without it
+        raise SystemExit("error: the held-out evaluation gave no eval_loss; final/ and result.json were not written")
+    if trainer.is_world_process_zero():
+        trainer.save_model(str(output_dir / "final"))
+        losses = {h["step"]: h["loss"] for h in trainer.state.log_history if "loss" in h}
+        step = trainer.state.global_step
+        result = {"resumed_from": resume_from, "global_step": step, "eval_loss": eval_loss, "losses": losses}
+        (output_dir / "result.json").write_text(json.dumps(result, indent=2))
+        print(f"done: step {step}, held-out loss {eval_loss:.4f}, in {output_dir}")
+
+
 def main(argv=None):
-    opts = parse_args(argv)
+    opts = parse_args(argv)  # every value checked here, before anything is imported or loaded
+    from helpers.run_folder import RunFolderError, check_run_folder
+
+    base = Path(opts.output_dir or Path("runs") / opts.run_name).resolve()
+    try:
+        check_run_folder(base)  # writable, and nothing of yours in it that the checkpoint rotation would delete
+    except RunFolderError as e:
+        raise SystemExit(f"error: {e}") from None
     import datasets
     import torch
     from transformers import DataCollatorForSeq2Seq, Trainer
 
     from helpers.manifest import MANIFEST_NAME, ManifestCallback, load_manifest
-    from helpers.models import is_embedded
+    from helpers.models import embedded_dir, load_tokenizer
     from helpers.qlora import load_qlora
     from helpers.runs import choose_run_folder
     from helpers.seeds import seed_everything
@@ -128,14 +188,17 @@ def main(argv=None):
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
         os.environ.setdefault("ACCELERATE_USE_CPU", "true")  # no GPU: the processes train on CPU over gloo
     seed_everything(opts.seed)
-    model, tokenizer = load_qlora(opts.model_id, smoke=opts.smoke)
-    if is_embedded(model) and not torch.cuda.is_available():
+    # the data first, with the tokenizer alone: a --seq-len that leaves nothing to learn stops before the weights load
+    tokenizer, source = load_tokenizer(opts.model_id, smoke=opts.smoke)
+    tiny = Path(source).resolve() == embedded_dir().resolve()
+    train, held_out = course_data(tokenizer, opts, tiny=opts.smoke or tiny)
+    model, tokenizer = load_qlora(str(source))
+    if tiny and not torch.cuda.is_available():
         torch.set_num_threads(1)  # the tiny model's matrices are too small to share out
-    model_name = "embedded" if is_embedded(model) else opts.model_id
-    train, held_out = course_data(tokenizer, opts, tiny=opts.smoke or is_embedded(model))
+    model_name = "embedded" if tiny else opts.model_id
     # the same settings find the same folder, so a requeued job goes on with its run (notebook 08's rule)
     output_dir = choose_run_folder(
-        Path(opts.output_dir or Path("runs") / opts.run_name).resolve(),
+        base,
         model,
         train,
         model_id=model_name,
@@ -151,10 +214,14 @@ def main(argv=None):
     if in_the_way and int(os.environ.get("RANK", "0")) == 0:  # one process moves them; every one resumes the same
         aside = set_aside(output_dir, in_the_way)
         print(f"moved {', '.join(p.name for p in in_the_way)} to {aside}: kept whole, where this run cannot overwrite")
-    if resume_from and finished(resume_from):
+    done = resume_from and finished(resume_from)
+    if done and delivered(output_dir):
         print(f"{resume_from} ends a finished run: nothing left to train (a changed setting trains a new run)")
         return 0
-    print(f"resuming from {resume_from}" if resume_from else f"starting afresh in {output_dir}")
+    if done:
+        print(f"{resume_from} ends a finished run whose final/ or result.json is missing or cut off: finishing it")
+    else:
+        print(f"resuming from {resume_from}" if resume_from else f"starting afresh in {output_dir}")
     report_to = "none"
     if opts.track and int(os.environ.get("RANK", "0")) == 0:
         from helpers.tracking import init_tracking
@@ -193,15 +260,11 @@ def main(argv=None):
         data_collator=DataCollatorForSeq2Seq(tokenizer),  # pads the labels with -100: padding is not learned
         callbacks=[ManifestCallback(model_id=model_name, dataset=train, seq_len=opts.seq_len)],
     )
-    trainer.train(resume_from_checkpoint=resume_from)
-    eval_loss = trainer.evaluate()["eval_loss"]
-    if trainer.is_world_process_zero():
-        trainer.save_model(str(output_dir / "final"))
-        losses = {h["step"]: h["loss"] for h in trainer.state.log_history if "loss" in h}
-        step = trainer.state.global_step
-        result = {"resumed_from": resume_from, "global_step": step, "eval_loss": eval_loss, "losses": losses}
-        (output_dir / "result.json").write_text(json.dumps(result, indent=2))
-        print(f"done: step {step}, held-out loss {eval_loss:.4f}, in {output_dir}")
+    if done:
+        finish(trainer, output_dir, resume_from, checkpoint=resume_from)
+    else:
+        trainer.train(resume_from_checkpoint=resume_from)
+        finish(trainer, output_dir, resume_from)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         leave_process_group(trainer.accelerator, tracking if report_to != "none" else None)
     return 0

@@ -3,7 +3,7 @@
 python -m helpers.quickcheck student SRC OUT_DIR                    # student versions of SRC's notebooks
 python -m helpers.quickcheck grade SUBMISSION... [--out grades.csv] [--notebook NN|all ...]
         [--format csv|canvas|gradescope|moodle --roster ROSTER.csv [--roster-key COLUMN]
-         [--roster-delimiter ,|;|TAB] [--assignment NAME | --assignment NN=NAME ...]]
+         [--roster-delimiter ,|;|TAB] [--roster-max-rows N] [--assignment NAME | --assignment NN=NAME ...]]
 python -m helpers.quickcheck seal BANK.json...                      # hash the plain answers of a bank file
 python -m helpers.quickcheck key [--out KEY.md] [--notebook NN|all ...] [--student ID]  # instructors' answer key
 """
@@ -11,15 +11,21 @@ python -m helpers.quickcheck key [--out KEY.md] [--notebook NN|all ...] [--stude
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
 __all__ = ["main"]
 
 
+_PROG = "python -m helpers.quickcheck"
+_MAX_ROSTER_ROWS_FLAG = 2_000_000  # --roster-max-rows at most: past it, a typo more likely than a class
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(
-        prog="python -m helpers.quickcheck",
+        prog=_PROG,
         description="Student versions, bulk grading and the answer key of the notebooks' quick checks.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -52,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "student":
         return _student(args.src, args.out)
     if args.command == "grade":
-        return _grade(args)
+        return _grade(args, argv)
     if args.command == "key":
         return _key(args)
     from helpers.quickcheck.bank import BankError
@@ -61,7 +67,14 @@ def main(argv: list[str] | None = None) -> int:
     for path in args.banks:
         try:
             sealed = seal_file(path)
-        except (OSError, ValueError, BankError) as e:
+        except OSError as e:
+            print(
+                f"error: cannot read {path} ({e.strerror or type(e).__name__}): pass a bank file, e.g. "
+                "helpers/quickcheck/bank/03.json",
+                file=sys.stderr,
+            )
+            return 2
+        except (ValueError, BankError) as e:
             where = "" if str(path) in str(e) else f"{path}: "  # a BankError names the file already
             print(f"error: {where}{e}", file=sys.stderr)
             return 2
@@ -173,6 +186,12 @@ def _add_lms_options(grade: argparse.ArgumentParser) -> None:
         "its header into the most columns",
     )
     grade.add_argument(
+        "--roster-max-rows",
+        type=_roster_rows,
+        metavar="N",
+        help="read a roster of up to N rows (default 50000, a guard against a file that is not a roster)",
+    )
+    grade.add_argument(
         "--assignment",
         action="append",
         metavar="NAME",
@@ -181,9 +200,36 @@ def _add_lms_options(grade: argparse.ArgumentParser) -> None:
     )
 
 
-def _read_roster(args: argparse.Namespace):
+def _roster_rows(text: str) -> int:
+    """An argparse type for --roster-max-rows: a whole number of rows from 1 to _MAX_ROSTER_ROWS_FLAG."""
+    try:
+        value = int(text.replace("_", "").replace(",", ""))
+    except ValueError:
+        value = 0
+    if not 1 <= value <= _MAX_ROSTER_ROWS_FLAG:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of rows from 1 to {_MAX_ROSTER_ROWS_FLAG:,}: pass e.g. --roster-max-rows 60000"
+        )
+    return value
+
+
+def _again_with(argv: list[str], flag: str, *values: str) -> str:
+    """The command as it was run, `flag` given `values` instead of its own (for a message: run this)."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == flag:
+            skip = True
+        elif not arg.startswith(flag + "="):
+            kept.append(arg)
+    return shlex.join([*_PROG.split(), *kept, *(a for v in values for a in (flag, v))])
+
+
+def _read_roster(args: argparse.Namespace, argv: list[str]):
     """The roster, or an error line that names the fix (None, message)."""
-    from helpers.quickcheck.roster import RosterError, read_roster
+    from helpers.quickcheck.escaping import shown
+    from helpers.quickcheck.roster import MAX_ROSTER_ROWS, RosterError, read_roster
 
     if args.roster is None:
         if args.format != "csv":
@@ -191,20 +237,23 @@ def _read_roster(args: argparse.Namespace):
                 f"--format {args.format} needs --roster: the LMS's list of students gives each row its LMS ids "
                 f"(e.g. --roster roster.csv)"
             )
-        if args.roster_key or args.assignment or args.roster_delimiter:
+        if args.roster_key or args.assignment or args.roster_delimiter or args.roster_max_rows:
             return None, (
-                "--roster-key, --roster-delimiter and --assignment need --roster ROSTER.csv (the LMS's export of "
-                "its students)"
+                "--roster-key, --roster-delimiter, --roster-max-rows and --assignment need --roster ROSTER.csv "
+                "(the LMS's export of its students)"
             )
         return None, None
     delimiter = {"tab": "\t", "\\t": "\t"}.get(args.roster_delimiter or "", args.roster_delimiter)
     try:
-        return read_roster(args.roster, args.format, args.roster_key, delimiter), None
+        return read_roster(
+            args.roster, args.format, args.roster_key, delimiter, args.roster_max_rows or MAX_ROSTER_ROWS
+        ), None
     except RosterError as e:
-        return None, str(e)
+        rerun = f"\n  run: {shown(_again_with(argv, *e.option), 2000)}" if e.option else ""
+        return None, str(e) + rerun
 
 
-def _grade(args: argparse.Namespace) -> int:
+def _grade(args: argparse.Namespace, argv: list[str]) -> int:
     from helpers.quickcheck.escaping import shown, shown_path
     from helpers.quickcheck.gradebook import course_basis, score_summary
     from helpers.quickcheck.grading import collect, grade
@@ -221,7 +270,7 @@ def _grade(args: argparse.Namespace) -> int:
     if not collect(submissions)[0]:
         print(f"error: no .ipynb files in {', '.join(map(shown_path, submissions))}", file=sys.stderr)
         return 2
-    roster, problem = _read_roster(args)
+    roster, problem = _read_roster(args, argv)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
@@ -239,6 +288,7 @@ def _grade(args: argparse.Namespace) -> int:
         print(f"course of notebooks {', '.join(run.notebooks)}: {course_basis(run.notebooks, run.issued)}")
     for s in run.unreadable:
         print(f"  could not read {shown_path(s.path)}: {shown(s.reason, 400)}")
+    _print_strays(run, argv)
     print(
         f"gradebook: {shown_path(run.csv_path)}\nfeedback for each student: {shown_path(run.feedback_dir)}/\n"
         f"report: {shown_path(run.report_path)}"
@@ -253,6 +303,34 @@ def _grade(args: argparse.Namespace) -> int:
         for s in c.unknown:
             print(f"  not on the roster: {shown(s.student_id, 100)} ({shown_path(s.path)})")
     return 0
+
+
+def _print_strays(run, argv: list[str]) -> None:
+    """Files of notebooks few students handed in, set aside: named once, with the command that grades them too."""
+    from helpers.quickcheck.escaping import shown, shown_path
+
+    strays = run.strays
+    if not strays or not strays.files:
+        return
+    for nb, files in strays.files.items():
+        one = len(files) == 1
+        names = ", ".join(shown_path(s.path.name, 100) for s in files[:5]) + (
+            f" and {len(files) - 5} more" if len(files) > 5 else ""
+        )
+        print(
+            f"not graded: {names}, {'a file' if one else f'{len(files)} files'} of notebook {nb}, which "
+            f"{strays.students[nb]} of the batch's {strays.everyone} students handed in: taken for "
+            f"{'a file' if one else 'files'} that {'was' if one else 'were'} not handed out, adding no column "
+            '(the report\'s "Not handed out" section lists them)'
+        )
+    many = sum(map(len, strays.files.values())) > 1
+    wanted = sorted({*run.notebooks, *strays.files})
+    print(
+        f"  if you handed out notebook {', '.join(strays.files)} too, run: "
+        f"{shown(_again_with(argv, '--notebook', *wanted), 2000)}\n"
+        f"  if not, remove {'them' if many else 'it'} from the folder: nothing of "
+        f"{'them' if many else 'it'} was counted"
+    )
 
 
 def _print_near_ids(run) -> None:

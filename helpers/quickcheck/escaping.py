@@ -7,6 +7,11 @@ message. A file name or a student id is data the student controls: a lone surrog
 right-to-left override or a megabyte of text must neither crash a writer nor rewrite a line.
 Such characters are shown as Python escapes (`\\xe9`, `\\n`, `\\u202e`); long text is cut with
 a count of what was left out.
+
+Every cell of every Markdown table the kit writes goes through `md_cell`: the grader's report and the
+answer key here, `python -m helpers run`'s summary.md (`helpers.maintainer.summary`) and the wheel
+table of scripts/build_device_wheels.py. A "|" in a notebook's name, an id or a reason would
+otherwise end the cell and shift the rest of the row; a newline would end the row.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-__all__ = ["csv_cell", "feedback_names", "md_code", "md_text", "shown", "shown_path", "shown_value"]
+__all__ = ["csv_cell", "feedback_names", "md_cell", "md_code", "md_text", "shown", "shown_path", "shown_value"]
 
 # C0/C1 controls, zero-width and bidi format characters, line/paragraph separators, BOM, surrogates
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ud800-\udfff]")
@@ -76,6 +81,22 @@ def md_text(text: Any, limit: int = 300) -> str:
         &lt;img src=x\\> \\[me\\]\\(http\\://evil\\)
     """
     return _MARKDOWN.sub(_md_escape, shown(text, limit))
+
+
+def md_cell(text: Any, limit: int = 300, *, code: bool = False) -> str:
+    """`text` as one cell of a Markdown table: `md_text` (or `md_code` with `code`), every "|" as "\\|".
+
+    One line (a newline is written \\n), no backtick that opens a span, no "|" that ends the cell:
+    GitHub-flavoured tables take "\\|" as a "|" in the cell, inside a code span too.
+
+    Example:
+        >>> print(md_cell("a|b"), md_cell("x|`y`", code=True))
+        a\\|b `x\\|\\x60y\\x60`
+    """
+    if not code:
+        return md_text(text, limit)  # escapes "|" (and ` * [ ...) with a backslash already
+    cell = md_code(text, limit).replace("|", "\\|")
+    return "" if cell == "``" else cell  # an empty code span is shown as two backticks: leave the cell empty
 
 
 def shown_value(value: Any, limit: int = 60) -> str:

@@ -3,8 +3,9 @@
 Used by `python -m helpers.quickcheck grade` (`grading.grade`, which writes them through
 `writing`). Every string that came from a submission or a roster (a file name, a student id, a
 name, the notes) goes through `escaping`, so no file name or id can crash a writer, break a row
-over two lines, inject a spreadsheet formula or put HTML or a link in the report; a row that still
-fails to be written is replaced by a plain one, never lost silently.
+over two lines, inject a spreadsheet formula or put HTML or a link in the report (a table cell
+through `escaping.md_cell`, so no "|" splits it); a row that still fails to be written is replaced
+by a plain one, never lost silently.
 """
 
 from __future__ import annotations
@@ -15,8 +16,17 @@ from collections import Counter, defaultdict
 from statistics import median
 
 from helpers.quickcheck.bank import Question
-from helpers.quickcheck.escaping import csv_cell, md_code, md_text, shown, shown_path
-from helpers.quickcheck.grades import LABELS, MISSING, UNREADABLE, GradeRun, SubmissionGrade, by_student, id_key
+from helpers.quickcheck.escaping import csv_cell, md_cell, md_code, md_text, shown, shown_path
+from helpers.quickcheck.grades import (
+    LABELS,
+    MISSING,
+    NOT_GRADED,
+    UNREADABLE,
+    GradeRun,
+    SubmissionGrade,
+    by_student,
+    id_key,
+)
 from helpers.quickcheck.judging import CORRECT, INVALID, NEEDS_ID, UNANSWERED, WRONG
 from helpers.quickcheck.near_ids import NEAR_IDS_ADVICE, near_duplicates
 
@@ -48,7 +58,7 @@ def csv_text(results: list[SubmissionGrade], questions: list[Question]) -> str:
         except (csv.Error, UnicodeError, ValueError) as e:  # should not happen: every cell is escaped
             failed = f"the grader could not write this row ({type(e).__name__}); see the report"
             writer.writerow(
-                [csv_cell(shown_path(s.path)), "", "unreadable", "", *[""] * len(ids), 0, "", *[""] * len(ids), failed]
+                [csv_cell(shown_path(s.path)), "", UNREADABLE, "", *[""] * len(ids), 0, "", *[""] * len(ids), failed]
             )
     return out.getvalue()
 
@@ -56,8 +66,8 @@ def csv_text(results: list[SubmissionGrade], questions: list[Question]) -> str:
 def feedback_text(s: SubmissionGrade) -> str:
     """The feedback file for one submission, written for the student."""
     lines = [f"Quick checks: {shown_path(s.path.name)}"]
-    if s.status == "unreadable":
-        return "\n".join(lines + ["", f"This file could not be graded: {shown(s.reason, 600)}.", ""])
+    if s.status in (UNREADABLE, NOT_GRADED):
+        return "\n".join(lines + ["", f"This file was not graded: {shown(s.reason, 600)}.", ""])
     lines += [
         f"Student id: {shown(s.student_id, 100) or '(none: set student_id in the notebook)'}",
         f"Score: {s.total:g} / {s.max_points:g}",
@@ -81,16 +91,19 @@ def report_text(run: GradeRun, questions: list[Question]) -> str:
     subs = run.submissions
     damaged = [s for s in subs if s.status == "damaged"]
     slowest = max(subs, key=lambda s: s.seconds, default=None)
-    readable = [s for s in subs if s.status != UNREADABLE]
+    readable = [s for s in subs if s.status not in (UNREADABLE, NOT_GRADED)]
+    aside = len(subs) - len(readable) - len(run.unreadable)
     lines = [
         "# Quick-check grading report",
         "",
-        f"{len(subs)} submissions in {run.seconds:.1f} s: {len(subs) - len(run.unreadable) - len(damaged)} read, "
-        f"{len(damaged)} damaged but graded, {len(run.unreadable)} could not be read."
+        f"{len(subs)} submissions in {run.seconds:.1f} s: {len(readable) - len(damaged)} read, "
+        f"{len(damaged)} damaged but graded, {len(run.unreadable)} could not be read"
+        + (f", {aside} not handed out (not graded)." if aside else ".")
         + (f" The slowest file took {slowest.seconds:.2f} s ({md_code(slowest.path.name, 80)})." if slowest else ""),
         "",
     ]
     lines += _section("Could not read", [f"{md_code(s.path)}: {md_text(s.reason, 400)}" for s in run.unreadable])
+    lines += run.strays.section(run.notebooks) if run.strays else []
     lines += _section("Feedback not written", [f"{md_code(p)}: {md_text(why)}" for p, why in run.unwritten])
     lines += _section(
         "Questions from other notebooks (reported, not scored)",
@@ -130,29 +143,19 @@ def course_basis(notebooks: list[str], issued: list[str] | None) -> str:
 def _course_section(readable: list[SubmissionGrade], notebooks: list[str], issued: list[str] | None) -> list[str]:
     """Files per notebook, and each student's points per notebook and in all."""
     students = by_student(readable)
-    per_nb = Counter(s.notebook for s in readable if s.notebook)
     lines = [
         "## Course",
         "",
         f"Graded as a course of {len(notebooks)} notebooks: {course_basis(notebooks, issued)}.",
         "",
-    ]
-    few = [nb for nb in notebooks if per_nb[nb] * 4 < max(per_nb.values(), default=0)]
-    if few and not issued:
-        lines += [
-            "Few files for notebook(s) " + ", ".join(f"{nb} ({per_nb[nb]})" for nb in few) + ": if you did not hand "
-            "them out, grade with --notebook NN for the ones you did, and these files will be graded as those.",
-            "",
-        ]
-    lines += [
-        "| student | " + " | ".join(notebooks) + " | total |",
+        "| student | " + " | ".join(map(md_cell, notebooks)) + " | total |",
         "|---|" + "---:|" * (len(notebooks) + 1),
     ]
     for st in students:
         best = st.best
         cells = [f"{_num(best[nb].total)}/{_num(best[nb].max_points)}" if nb in best else "-" for nb in notebooks]
         lines.append(
-            f"| {md_code(st.student_id, 100)} | "
+            f"| {md_cell(st.student_id, 100, code=True)} | "
             + " | ".join(cells)
             + f" | {_num(st.total)}/{_num(st.max_points(issued))} |"
         )
@@ -160,11 +163,11 @@ def _course_section(readable: list[SubmissionGrade], notebooks: list[str], issue
 
 
 def _row(s: SubmissionGrade, ids: list[str]) -> list:
-    if s.status == UNREADABLE:
+    if s.status in (UNREADABLE, NOT_GRADED):
         return [
             csv_cell(shown_path(s.path)),
-            "",
-            UNREADABLE,
+            csv_cell(s.student_id, 100),
+            s.status,
             "",
             *[""] * len(ids),
             0,
@@ -283,13 +286,14 @@ def _scores_section(readable: list[SubmissionGrade], issued: list[str] | None) -
 
 
 def _common_wrong(q: Question, grades: list) -> str:
-    """The wrong answers given most often ("c (41), d (12)"), for questions where everyone answers the same."""
+    """The wrong answers given most often ("c (41), d (12)"), for questions where everyone answers the same;
+    each answer a table cell's text (`md_cell`)."""
     if q.personal or q.kind == "property":
         return "-"  # each student's right (and wrong) numbers differ: counting them says nothing
     wrong = Counter(g.answer for g in grades if g.status == WRONG and g.answer is not None)
     if q.kind == "number":  # the canonical form is scaled to the question's decimals: show the number
-        return ", ".join(f"{int(a) / 10**q.decimals:g} ({n})" for a, n in wrong.most_common(3)) or "-"
-    return ", ".join(f"{a} ({n})" for a, n in wrong.most_common(3)) or "-"
+        return ", ".join(f"{md_cell(f'{int(a) / 10**q.decimals:g}')} ({n})" for a, n in wrong.most_common(3)) or "-"
+    return ", ".join(f"{md_cell(a)} ({n})" for a, n in wrong.most_common(3)) or "-"
 
 
 def _questions_table(readable: list[SubmissionGrade], questions: list[Question]) -> list[str]:
@@ -308,8 +312,8 @@ def _questions_table(readable: list[SubmissionGrade], questions: list[Question])
         mean = f"{sum(attempts) / len(attempts):.1f}" if attempts else "-"
         other = len(grades) - count[CORRECT] - count[WRONG] - count[UNANSWERED]
         lines.append(
-            f"| {q.id} | {q.points:g} | {count[CORRECT]} | {count[WRONG]} | {count[UNANSWERED]} | {other} | {mean} "
-            f"| {_common_wrong(q, grades)} |"
+            f"| {md_cell(q.id)} | {q.points:g} | {count[CORRECT]} | {count[WRONG]} | {count[UNANSWERED]} | {other} "
+            f"| {mean} | {_common_wrong(q, grades)} |"
         )
     return lines + [""]
 

@@ -18,6 +18,7 @@ from helpers.quickcheck.judging import CORRECT, INVALID, NEEDS_ID, UNANSWERED, W
 __all__ = [
     "LABELS",
     "MISSING",
+    "NOT_GRADED",
     "UNREADABLE",
     "GradeRun",
     "QuestionGrade",
@@ -28,6 +29,7 @@ __all__ = [
 ]
 
 UNREADABLE, MISSING = "unreadable", "missing"
+NOT_GRADED = "not graded"  # a file set aside: a notebook that was not handed out (`strays`)
 LABELS = {
     CORRECT: "correct",
     WRONG: "not yet right",
@@ -55,8 +57,8 @@ class QuestionGrade:
 @dataclass
 class SubmissionGrade:
     path: Path
-    status: str  # "graded", "damaged" (read what survived) or "unreadable"
-    reason: str = ""  # why unreadable
+    status: str  # "graded", "damaged" (read what survived), "unreadable" or "not graded" (NOT_GRADED)
+    reason: str = ""  # why unreadable, or why not graded
     notebook: str = ""  # the handout it is graded as ("03"); "" when unreadable or it cannot be told
     student_id: str = ""
     questions: dict[str, QuestionGrade] = field(default_factory=dict)
@@ -132,6 +134,7 @@ class GradeRun:
     roster_check: object | None = None  # a roster.RosterCheck when graded against a roster
     notebooks: list[str] = field(default_factory=list)  # the batch's notebooks, in its columns
     issued: list[str] | None = None  # the notebooks the instructor named (--notebook); None: inferred
+    strays: object | None = None  # a strays.Strays: files of notebooks not handed out, set aside (inferred batches)
 
     @property
     def unreadable(self) -> list[SubmissionGrade]:

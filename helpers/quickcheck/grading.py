@@ -22,7 +22,9 @@ a course in one batch), else the notebook most of its quick-check cells belong t
 from another notebook (`check("q05_1", ...)` in notebook 03) is reported, not scored, and cannot
 add notebook 05's questions to anyone's total. A course batch is graded per student: the sum over
 their notebooks (`grades.by_student`), against the issued notebooks' points when `notebooks` names
-them, else against the notebooks each student submitted for; the report says which.
+them, else against the notebooks each student submitted for; the report says which. Without
+`notebooks`, only what was handed out makes columns: a notebook few of the batch's students handed
+in (a file dropped into the folder) is set aside, not graded, and named once (`strays`).
 
 In folders, every *.ipynb entry gets a row; a symbolic link or a FIFO gets an "unreadable" row
 saying so, and is never followed or opened for reading, so no link can take over another
@@ -44,6 +46,7 @@ from helpers.quickcheck.escaping import feedback_names, shown, shown_path
 from helpers.quickcheck.grades import LABELS, MISSING, UNREADABLE, GradeRun, QuestionGrade, SubmissionGrade
 from helpers.quickcheck.judging import CORRECT, NEEDS_ID, WRONG, judge
 from helpers.quickcheck.roster import Roster, match_roster
+from helpers.quickcheck.strays import Strays, set_aside_strays
 from helpers.quickcheck.submissions import NotANotebook, load_cells
 
 __all__ = ["collect", "grade", "grade_submission", "show_graded"]
@@ -141,6 +144,7 @@ def grade(
         results.append(result)
         waiting += [wait] if wait else []
         show_graded(len(results), len(files))
+    strays = Strays() if issued else set_aside_strays(results)  # only what was handed out makes columns
     batch = issued or sorted({s.notebook for s in results if s.notebook})
     for wait in waiting:
         _place(wait, batch)
@@ -155,7 +159,7 @@ def grade(
     else:
         texts[out_csv] = gradebook.csv_text(results, questions)
     feedback = {s.feedback_name: gradebook.feedback_text(s) for s in results}
-    run = GradeRun(results, skipped, out_csv, feedback_dir, report_path, 0.0, [], check, notebooks=batch, issued=issued)
+    run = GradeRun(results, skipped, out_csv, feedback_dir, report_path, 0.0, [], check, batch, issued, strays)
 
     def report(unwritten: list[tuple[str, str]]) -> str:
         by_name = {s.feedback_name: s.path for s in results}

@@ -24,6 +24,7 @@ import itertools
 import string
 
 from helpers.quickcheck.bank import LEFT_OUT, PICKED, Question, bank_notebooks, format_text, load_bank, params_for
+from helpers.quickcheck.escaping import md_cell
 from helpers.quickcheck.safe_eval import evaluate
 from helpers.quickcheck.sealing import answer_hash, unseal_option, unseal_text
 
@@ -94,7 +95,7 @@ def _header(notebooks: list[str], student_id: str | None) -> list[str]:
         "",
         "| notebook | questions | points |",
         "|---|---:|---:|",
-        *(f"| {nb} | {counts[nb]} | {points[nb]:g} |" for nb in notebooks),
+        *(f"| {md_cell(nb)} | {counts[nb]} | {points[nb]:g} |" for nb in notebooks),
         f"| total | {sum(counts.values())} | {sum(points.values()):g} |",
         "",
     ]

@@ -9,7 +9,9 @@ COLUMN` (by default the one named in `DEFAULT_KEYS`), after `grades.id_key`: Uni
 case and surrounding spaces ignored, so an id typed on a Mac (NFD) matches the LMS's (NFC).
 
 The roster is data too: only a regular file is opened (never a FIFO or a device, which would hang
-or never end), read within bounds (10 MiB, 50 000 rows), as UTF-8 or, with its byte-order mark,
+or never end), read within bounds (by default 50 000 rows and 10 MiB, a guard against a file that
+is not a roster; `--roster-max-rows N` raises both for a larger class, the bytes at
+`ROSTER_ROW_BYTES` a row, and the refusal names the flag), as UTF-8 or, with its byte-order mark,
 UTF-16 (Excel's "Unicode text"); its separator (comma, semicolon, tab) is detected from the header
 or named with `--roster-delimiter`. Its names and ids leave the grader only through `escaping`. A
 roster that cannot be used (no such column, a key column blank for every student, a header with
@@ -28,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from helpers.quickcheck.escaping import shown, shown_path
-from helpers.quickcheck.grades import UNREADABLE, StudentGrade, SubmissionGrade, by_student, id_key
+from helpers.quickcheck.grades import NOT_GRADED, UNREADABLE, StudentGrade, SubmissionGrade, by_student, id_key
 
 __all__ = [
     "DEFAULT_KEYS",
@@ -36,6 +38,7 @@ __all__ = [
     "MAX_ROSTER_BYTES",
     "MAX_ROSTER_ROWS",
     "REQUIRED",
+    "ROSTER_ROW_BYTES",
     "Roster",
     "RosterCheck",
     "RosterError",
@@ -45,6 +48,7 @@ __all__ = [
 
 MAX_ROSTER_BYTES = 10 * 1024 * 1024
 MAX_ROSTER_ROWS = 50_000
+ROSTER_ROW_BYTES = MAX_ROSTER_BYTES // MAX_ROSTER_ROWS  # about 210 bytes a row: what --roster-max-rows allows each
 
 # the columns each LMS's import needs from its roster; a tuple is "one of these"
 REQUIRED = {
@@ -64,7 +68,15 @@ _HOW_TO_EXPORT = {
 
 
 class RosterError(ValueError):
-    """A roster that cannot be used; the message says what to change."""
+    """A roster that cannot be used; the message says what to change.
+
+    `option` is the flag and value that would let it through ("--roster-max-rows", "61000"), when
+    one would: the command line adds the whole command to run again.
+    """
+
+    def __init__(self, message: str, option: tuple[str, str] | None = None):
+        super().__init__(message)
+        self.option = option
 
 
 @dataclass
@@ -96,10 +108,18 @@ class RosterCheck:
     repeated: list[tuple[dict[str, str], str, list[SubmissionGrade]]]  # (student, notebook, its submissions)
 
 
-def read_roster(path: str | Path, fmt: str, key: str | None = None, delimiter: str | None = None) -> Roster:
+def read_roster(
+    path: str | Path,
+    fmt: str,
+    key: str | None = None,
+    delimiter: str | None = None,
+    max_rows: int = MAX_ROSTER_ROWS,
+) -> Roster:
     """Read the LMS's roster export for `--format fmt`; RosterError naming the fix when it cannot be used.
 
     `delimiter` is one of `DELIMITERS`; default: the one that splits the header into the most columns.
+    `max_rows` bounds the rows read (and the file at `ROSTER_ROW_BYTES` a row, at least
+    `MAX_ROSTER_BYTES`): raise it for a class over `MAX_ROSTER_ROWS` (`--roster-max-rows`).
 
     Example:
         >>> roster = read_roster("canvas_export.csv", "canvas")  # doctest: +SKIP
@@ -112,7 +132,7 @@ def read_roster(path: str | Path, fmt: str, key: str | None = None, delimiter: s
             f"--roster-delimiter {shown(delimiter, 20)!r} is not one the grader reads: use one of "
             + ", ".join(f"{d!r} ({name})" for d, name in DELIMITERS.items())
         )
-    header, rows, delimiter = _read_rows(path, delimiter)
+    header, rows, delimiter = _read_rows(path, delimiter, max_rows)
     columns = {h.strip().casefold(): h for h in header if h.strip()}
     for need in REQUIRED[fmt]:
         options = need if isinstance(need, tuple) else (need,)
@@ -150,6 +170,7 @@ def match_roster(results: list[SubmissionGrade], roster: Roster) -> RosterCheck:
     """Match each student's submissions (`grades.by_student`) to the roster's key column, by `grades.id_key`."""
     students = {id_key(st.student_id): st for st in by_student(results)}
     on_roster = {id_key(s[roster.key]) for s in roster.students}
+    results = [s for s in results if s.status != NOT_GRADED]  # set aside (`strays`): the report lists them
     no_id = [s for s in results if s.status == UNREADABLE or not s.notebook or not id_key(s.student_id)]
     flagged = {id(s) for s in no_id}
     unknown = [s for s in results if id(s) not in flagged and id_key(s.student_id) not in on_roster]
@@ -164,11 +185,11 @@ def match_roster(results: list[SubmissionGrade], roster: Roster) -> RosterCheck:
     return RosterCheck(matched, missing, unknown, no_id, repeated)
 
 
-def _read_rows(path: Path, delimiter: str | None) -> tuple[list[str], list[list[str]], str]:
-    text = _decode(_read_bounded(path), path)
+def _read_rows(path: Path, delimiter: str | None, max_rows: int) -> tuple[list[str], list[list[str]], str]:
+    text = _decode(_read_bounded(path, max_rows), path)
     delimiter = delimiter or _detect_delimiter(text)
     try:
-        rows = list(_bounded(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter), path))
+        rows = list(_bounded(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter), path, max_rows, text))
     except csv.Error as e:
         raise RosterError(f"the roster {shown_path(path)} is not a CSV file ({shown(e)}): export it as CSV") from None
     if not rows or not any(c.strip() for c in rows[0]):
@@ -176,8 +197,8 @@ def _read_rows(path: Path, delimiter: str | None) -> tuple[list[str], list[list[
     return rows[0], rows[1:], delimiter
 
 
-def _read_bounded(path: Path) -> bytes:
-    """The bytes of a regular file of at most MAX_ROSTER_BYTES; a FIFO or a device is never read from."""
+def _read_bounded(path: Path, max_rows: int) -> bytes:
+    """The bytes of a regular file within `max_rows`' bytes; a FIFO or a device is never read from."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once instead of waiting for a writer
     except FileNotFoundError:
@@ -193,15 +214,21 @@ def _read_bounded(path: Path) -> bytes:
             f"the roster {shown_path(path)} is not a regular file (a pipe or a device): save the LMS's export "
             "to a file and give its path"
         )
+    limit = max(MAX_ROSTER_BYTES, max_rows * ROSTER_ROW_BYTES)
     with os.fdopen(fd, "rb") as f:
         try:
-            data = f.read(MAX_ROSTER_BYTES + 1)
+            data = f.read(limit + 1)
+            size = os.fstat(f.fileno()).st_size
         except OSError as e:
             raise RosterError(f"cannot read the roster {shown_path(path)}: {shown(e.strerror or e)}") from None
-    if len(data) > MAX_ROSTER_BYTES:
+    if len(data) > limit:
+        rows = _round_up(max(size, len(data)) // ROSTER_ROW_BYTES + 1)
         raise RosterError(
-            f"the roster {shown_path(path)} is over {MAX_ROSTER_BYTES // 2**20} MiB: export only the "
-            "students' columns (no submissions, no comments)"
+            f"the roster {shown_path(path)} is {max(size, len(data)) / 2**20:.1f} MiB, over the {limit / 2**20:.1f} "
+            f"MiB the grader reads by default (a guard against a file that is not a roster): export only the "
+            f"students' columns (no submissions, no comments), or, if it is your class's roster, raise the bound "
+            f"with --roster-max-rows {rows}",
+            ("--roster-max-rows", str(rows)),
         )
     return data
 
@@ -225,11 +252,22 @@ def _detect_delimiter(text: str) -> str:
     return "," if best <= 1 else next(d for d in DELIMITERS if counts[d] == best)
 
 
-def _bounded(reader, path: Path):
+def _bounded(reader, path: Path, max_rows: int, text: str):
     for n, row in enumerate(reader):
-        if n > MAX_ROSTER_ROWS:
-            raise RosterError(f"the roster {shown_path(path)} has over {MAX_ROSTER_ROWS:,} rows: is it the roster?")
+        if n > max_rows:  # the header is row 0
+            lines = _round_up(text.count("\n") + 1)  # at least the rows it holds (a quoted cell may span lines)
+            raise RosterError(
+                f"the roster {shown_path(path)} has over {max_rows:,} rows, the most the grader reads by default "
+                f"(a guard against a file that is not a roster): check it is the roster; if it is, raise the bound "
+                f"with --roster-max-rows {lines}",
+                ("--roster-max-rows", str(lines)),
+            )
         yield row
+
+
+def _round_up(n: int) -> int:
+    """`n` rounded up to a thousand: a bound to suggest, with room for a few more students."""
+    return -(-n // 1000) * 1000
 
 
 def _fill(roster: Roster, rows: list[list[str]]) -> None:

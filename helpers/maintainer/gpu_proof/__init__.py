@@ -29,7 +29,9 @@ model sections come first, so a machine taken back early still leaves the figure
 Every row says the precision it ran in and the card it ran on. The 7B is built once with random
 bf16 weights and saved to a scratch folder (/dev/shm when it has room, so no disk write); the
 estimator and headline load it in 4 bits from there, as a student loads a download (`_models`).
-Without CUDA it prints one sentence and exits 0: its figures cannot be simulated honestly.
+Without CUDA it says so in one sentence on stderr and exits 3 (`NO_GPU_EXIT`): its figures cannot be
+simulated honestly, and a script that runs it must not read "nothing was run" as success. Exit codes:
+0 every section ran ok, 1 a section failed, 2 bad arguments, 3 no CUDA GPU (nothing run).
 tests/test_gpu_proof.py runs every section's code on CPU with tiny models instead, with the few
 CUDA-only calls (`_cuda`: peak bytes, the memory cap, the card's size, name and precisions)
 replaced by fakes. `report` writes the files.
@@ -56,7 +58,11 @@ from helpers.maintainer.gpu_proof.timing import precision_timing
 
 __all__ = ["ESTIMATOR_CASES", "SECTIONS", "main", "run_proof"]
 
-NEEDS_GPU = "gpu-proof needs one CUDA GPU (torch.cuda.is_available() is False here); nothing was run."
+NEEDS_GPU = (
+    "error: gpu-proof needs one CUDA GPU (torch.cuda.is_available() is False here); nothing was run. "
+    'Run it on a machine with a CUDA GPU (README, "On a real GPU").'
+)
+NO_GPU_EXIT = 3  # not 0: nothing was proven; not 1 or 2, which mean a failed section and bad arguments
 # in the order they run by default: the figures only a card gives first, the notebooks (which a CPU
 # run also checks) last, so a machine taken back early has already given what it was lent for
 SECTIONS = {
@@ -76,7 +82,8 @@ def main(
     notebooks_budget_s: float = NOTEBOOKS_BUDGET_S,
     time_limit_s: float | None = None,
 ) -> int:
-    """Run the sections (in `order`, those in `only`) and write DIR/gpu-proof.{md,json}; 0 unless one failed."""
+    """Run the sections (in `order`, those in `only`) and write DIR/gpu-proof.{md,json}; 0 unless one failed
+    (1), the arguments are wrong (2) or there is no CUDA GPU (3, nothing run)."""
     import torch
 
     try:
@@ -85,8 +92,8 @@ def main(
         print(f"error: {e}", file=sys.stderr)
         return 2
     if not torch.cuda.is_available():
-        print(NEEDS_GPU)
-        return 0
+        print(NEEDS_GPU, file=sys.stderr)
+        return NO_GPU_EXIT
     from helpers.simulate import VARIABLE as SIMULATE
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no internet: nothing, here or in a notebook, waits on the Hub
