@@ -364,8 +364,11 @@ def _requirement(text: str) -> str:
     from packaging.requirements import InvalidRequirement, Requirement
 
     try:
-        Requirement(text)
+        requirement = Requirement(text)
     except InvalidRequirement:
+        requirement = None
+    # older packaging (Colab's) reads "torch===" as arbitrary equality with no version: pip does not
+    if requirement is None or requirement.name.lower() != "torch" or not all(s.version for s in requirement.specifier):
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a requirement pip reads: pass e.g. --install-torch torch==2.13.0"
         ) from None
