@@ -12,7 +12,8 @@ notebook                    module (what it holds)
 05 QLoRA                    qlora (4-bit + LoRA in one call), footprint (what it holds), plan, capstone (the
                             7B job of 05 and 08)
 06 experiment tracking      tracking (wandb without prompts), seeds, manifest
-07 Kaggle T4 x2             memory (read_gpu_memory: NVML, CUDA untouched)
+07 Kaggle T4 x2             memory (read_gpu_memory: NVML, CUDA untouched), sharding (FSDP2 per rank, the traffic,
+                            the fewest cards), estimate (world_size, sharding)
 08 capstone                 runs (which run folder: the same run, or a new one), resume (after a
                             disconnect), manifest, live, qlora, footprint, planner
 06 and 08 (secrets)         tokens (HF_TOKEN, WANDB_API_KEY: env, login, Colab, Kaggle), share (push the adapter)

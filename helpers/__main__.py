@@ -6,7 +6,7 @@ python -m helpers badges [--check]                             # rewrite colab_b
 python -m helpers publish --repo OWNER/NAME --ref REF [--check]  # retarget badges, install cells, README at a fork
 python -m helpers plan --model Mistral-7B --gpu T4 --seq-len 512 [--qlora]  # what fits, and how
 python -m helpers gpu-proof --out DIR [--only A,B] [--order A,B] [--notebooks-budget S] [--time-limit S]  # 1 GPU
-python -m helpers export 08 --out DIR [--gpus N] [--card A100-80GB]  # train.py, accelerate config, Slurm job
+python -m helpers export 08 --out DIR [--nodes N] [--gpus G] [--card A100-80GB]  # train.py, launch.sh, Slurm job
 python -m helpers quickcheck student|grade|key|seal ...        # instructors: see python -m helpers.quickcheck -h
 python -m helpers --version
 
@@ -150,12 +150,25 @@ def _gpu_proof_arguments(proof: argparse.ArgumentParser) -> None:
 def _export_arguments(exp: argparse.ArgumentParser) -> None:
     exp.add_argument("notebook", metavar="NUMBER", help="the notebook to export: 08 (the capstone)")
     exp.add_argument("--out", type=Path, required=True, help="the folder to write into (created if needed)")
-    exp.add_argument("--gpus", type=_count("--gpus", 64, "2"), default=1, help="GPUs per job on one node (default 1)")
+    exp.add_argument("--nodes", type=_whole("--nodes", "2"), default=1, help="machines, 1..64 (default 1)")
+    exp.add_argument("--gpus", type=_whole("--gpus", "4"), default=1, help="GPUs on each node, 1..64 (default 1)")
     exp.add_argument("--card", help="a catalog card (T4, L4, A100-80GB, H100-80GB): bf16 from A100 on, fp16 before")
     exp.add_argument("--mixed-precision", choices=("no", "fp16", "bf16"), help="overrides the card's choice")
     exp.add_argument("--time", default="04:00:00", help="Slurm's time limit, [D-]HH:MM:SS (default 04:00:00)")
     exp.add_argument("--partition", help="the Slurm partition (default: the cluster's)")
     exp.add_argument("--force", action="store_true", help="replace files in --out edited since the last export")
+
+
+def _whole(flag: str, example: str):
+    """An argparse type: a whole number; export checks its range (a node count with no GPUs, ...), saying what works."""
+
+    def parse(text: str) -> int:
+        try:
+            return int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number: pass e.g. {flag} {example}") from None
+
+    return parse
 
 
 def _plan_arguments(pln: argparse.ArgumentParser) -> None:
@@ -174,23 +187,6 @@ def _plan_arguments(pln: argparse.ArgumentParser) -> None:
 
 # argument types: argparse turns their ArgumentTypeError into "error: argument --x: <message>" and
 # exit code 2, with no traceback; each message says what would work
-
-
-def _count(flag: str, most: int, example: str):
-    """An argparse type: a whole number from 1 to `most`."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number: pass e.g. {flag} {example}") from None
-        if not 1 <= value <= most:
-            raise argparse.ArgumentTypeError(
-                f"{value} is out of range: pass a whole number from 1 to {most:,}, e.g. {flag} {example}"
-            )
-        return value
-
-    return parse
 
 
 def _number(flag: str, low: float, high: float, unit: str, example: str):
@@ -255,6 +251,7 @@ def _export(args) -> int:
             args.notebook,
             args.out,
             gpus=args.gpus,
+            nodes=args.nodes,
             card=args.card,
             mixed_precision=args.mixed_precision,
             time=args.time,
@@ -267,7 +264,13 @@ def _export(args) -> int:
     print("\n".join(f"wrote {p}" for p in written))
     cd = f"cd {shlex.quote(str(args.out))} &&"  # a command to paste: the folder quoted as the shell needs
     print(f"next: {cd} sbatch job.sbatch")
-    print(f"or, without Slurm: {cd} accelerate launch --config_file accelerate_config.yaml train.py")
+    if args.nodes == 1:
+        print(f"or, without Slurm: {cd} bash launch.sh")
+    else:  # the folder on a disk every machine sees; the same values on each, and its own NODE_RANK
+        print(
+            f"or, without Slurm, on each of {args.nodes} machines: {cd} NNODES={args.nodes} "
+            f"NODE_RANK=<0 to {args.nodes - 1}, 0 on the first> MASTER_ADDR=<the first's address> bash launch.sh"
+        )
     return 0
 
 
@@ -308,10 +311,13 @@ def _plan(args) -> int:
     from helpers.catalog import describe_card, model_notes
     from helpers.job_flags import job_from_arguments
     from helpers.plan import assumed_stack, format_plan, plan
+    from helpers.sharding import fewest_cards
 
     gpu = args.gpu  # a card name, or GiB as a float (_card)
     try:
-        steps = plan(args.model, gpu, job_from_arguments(args))
+        job = job_from_arguments(args)
+        steps = plan(args.model, gpu, job)
+        cards = fewest_cards(args.model, gpu, job)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -321,11 +327,17 @@ def _plan(args) -> int:
         f"{args.model} ({asked.parameters / 1e9:.2f}B parameters, {asked.trainable / 1e6:,.1f}M trainable), "
         f"{s['method']}, {s['precision']}, per-device batch {s['per_device_batch']} x {s['seq_len']} tokens, "
         f"checkpointing {'on' if s['checkpointing'] else 'off'}, optimizer {s['optimizer']}, loop {s['loop']}"
+        + (
+            f", {s['world_size']} GPUs, sharding {s['sharding']} (the figures are one GPU's)"
+            if s["world_size"] > 1
+            else ""
+        )
     )
     print("\n".join([*model_notes(args.model), assumed_stack(asked), asked.table()]))
     shown = {"fits": "yes", "borderline": "borderline (within the estimator's known error)", "does not fit": "no"}
     print(f"fits {describe_card(gpu)}: {shown[steps[0].verdict]}")
-    print(f"  {asked.verdict_line(gpu)}\n")
+    print(f"  {asked.verdict_line(gpu)}")
+    print(f"cards: {cards}\n")
     print(format_plan(steps, gpu))
     return 0
 

@@ -26,6 +26,8 @@ __all__ = [
     "PRECISIONS",
     "RANKS",
     "SEQ_LENS",
+    "SHARDING",
+    "WORLD_SIZES",
     "WEIGHT_FORMATS",
     "JobSettingError",
     "RUN_SETTINGS",
@@ -69,6 +71,13 @@ ATTENTION = ("eager", "sdpa", "flash_attention_2")
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
 SEQ_LENS = (128, 256, 512, 1024, 2048, 4096, 8192)
 RANKS = (4, 8, 16, 32, 64, 128)
+WORLD_SIZES = (1, 2, 4, 8, 16, 32, 64)
+# how the GPUs of a job share it (notebook 07): "none", data parallel (DDP): every GPU holds the whole model, its
+# gradients and optimizer states, plus DDP's gradient buckets; "full": FSDP's full shard (FSDP2's
+# fully_shard, DeepSpeed's ZeRO-3): weights, gradients and optimizer states split over the GPUs, each layer's
+# weights gathered while it runs; "grad_op": FSDP's SHARD_GRAD_OP (fully_shard(reshard_after_forward=False),
+# like ZeRO-2): gradients and optimizer states split, the weights gathered once a step and kept until its backward
+SHARDING = ("none", "full", "grad_op")
 
 
 class JobSettingError(ValueError):
@@ -152,12 +161,33 @@ class TrainingJob:
     attn_impl: str | None = _setting(
         None, "the attention implementation (default: the model config's)", choices=ATTENTION
     )
+    world_size: int = _setting(
+        1,
+        "GPUs training the job together, one process each, over all nodes; the estimate is one GPU's",
+        most=4096,
+        example=2,
+        label="GPUs",
+        stops=WORLD_SIZES,
+    )
+    sharding: str = _setting(
+        "none",
+        "how the GPUs share the job: none (data parallel: each holds everything), full (FSDP full shard, ZeRO-3: "
+        "weights, gradients, optimizer states split), grad_op (FSDP SHARD_GRAD_OP, ZeRO-2: gradients and "
+        "optimizer states split)",
+        choices=SHARDING,
+        label="sharding",
+    )
 
     def __post_init__(self):
         for f in fields(self):
             _check_field(f, getattr(self, f.name))
         if isinstance(self.lora_targets, list):  # frozen: a tuple, so the job can be hashed and compared
             object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
+        if self.sharding != "none" and self.world_size == 1:
+            raise JobSettingError(
+                f"sharding={self.sharding!r} on one GPU splits nothing: pass world_size=2 or more (the GPUs that "
+                "share the job), or sharding='none'"
+            )
         if self.precision is not None:
             _check_combination(self)
 
@@ -165,6 +195,11 @@ class TrainingJob:
     def effective_batch(self) -> int:
         """Sequences per optimizer step on one device: per_device_batch x grad_accum_steps."""
         return self.per_device_batch * self.grad_accum_steps
+
+    @property
+    def global_batch(self) -> int:
+        """Sequences per optimizer step over every GPU: per_device_batch x grad_accum_steps x world_size."""
+        return self.effective_batch * self.world_size
 
     def stored_weights(self, precision: str) -> str:
         """How the weights are stored under `precision`: as asked, or what the method stores."""

@@ -121,7 +121,7 @@ def measure(label: str, *, model=None, optimizer=None, device: str | None = None
     """Measure the memory a block of training code uses; the readout is filled when it exits.
 
     Always, and exactly (on any device):
-        weights      bytes of `model`'s parameters, each storage once;
+        weights      bytes of `model`'s parameters, each storage once (a sharded one: this process's shard);
         gradients    bytes of the parameters' `.grad` that exist when the block exits;
         optimizer    bytes of the tensors in `optimizer.state` when the block exits;
         activations  bytes autograd held for backward at the block's peak (saved-tensor hooks,
@@ -228,9 +228,11 @@ def _resolve_device(device, model) -> str:
 
 
 def _storage_bytes(tensors) -> int:
-    """Bytes of the distinct storages behind `tensors` (views and tied weights count once)."""
+    """Bytes of the distinct storages behind `tensors` (views and tied weights count once); of a sharded
+    parameter (FSDP2's DTensor), its gradient or optimizer state, the shard this process holds."""
     seen, total = set(), 0
     for t in tensors:
+        t = t.to_local() if hasattr(t, "to_local") else t  # a DTensor: this process's shard
         storage = t.untyped_storage()
         if storage.data_ptr() not in seen or storage.data_ptr() == 0:
             seen.add(storage.data_ptr())

@@ -19,6 +19,7 @@ from helpers.catalog import describe_card, gpu_bytes, load_catalog, model_notes
 from helpers.estimate import SAFETY_MARGIN, shape_of
 from helpers.job import TrainingJob
 from helpers.plan import OPTIMIZER_LABELS, assumed_stack, format_plan, plan
+from helpers.sharding import fewest_cards
 
 __all__ = ["CARD_PRECISION", "CONTROLS", "SEGMENTS", "START", "planner", "planner_figure", "planner_text"]
 
@@ -34,6 +35,8 @@ CONTROLS = (
     "checkpointing",
     "fused_loss",
     "loop",
+    "world_size",
+    "sharding",
 )
 # where the planner starts unless the call says otherwise
 START = dict(
@@ -45,6 +48,8 @@ START = dict(
     checkpointing=True,
     fused_loss=False,
     loop="trainer",
+    world_size=1,
+    sharding="none",
 )
 # the bill's segments, bottom to top, and their colours (one per term family of the estimator)
 SEGMENTS = {
@@ -84,12 +89,14 @@ def _segments(e, loading: bool = False) -> dict[str, int]:
     }
 
 
-def _said(model, gpu, steps) -> str:
+def _said(model, gpu, steps, shape=None) -> str:
     """What the planner says under the bill: the verdict first (with a seq_len past the model's trained
-    context, `Estimate.context_note`), what the name was read as, the stack the verdict assumes, and the
-    ladder when the job does not fit as asked."""
+    context, `Estimate.context_note`), what the name was read as, the stack the verdict assumes, how many
+    such cards the job needs (`helpers.sharding.fewest_cards`), and the ladder when it does not fit as asked."""
     asked = steps[0].estimate
-    lines = [asked.verdict_line(gpu), *model_notes(model), assumed_stack(asked)]
+    job = {f.name: asked.settings[f.name] for f in dataclass_fields(TrainingJob)}
+    cards = fewest_cards(shape if shape is not None else model, gpu, **job)
+    lines = [asked.verdict_line(gpu), *model_notes(model), assumed_stack(asked), f"Cards: {cards}"]
     if len(steps) > 1 or not steps[0].fits:
         lines += ["", "What makes it fit, cheapest first (each step keeps the ones above it):", format_plan(steps, gpu)]
     return "\n".join(lines)
@@ -233,7 +240,7 @@ def _widgets(widgets, model, gpu, start: dict):
             png = io.BytesIO()
             _figure(steps[0].estimate, name, card).savefig(png, format="png", dpi=90)
             display(Image(data=png.getvalue()))
-            print(_said(name, card, steps))
+            print(_said(name, card, steps, read))
 
     for control in controls.values():
         control.style.description_width = "initial"  # "per-device batch" whole, not cut to fit

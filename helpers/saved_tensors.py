@@ -48,7 +48,9 @@ class _SavedTensorCounter:
     """
 
     def __init__(self, models, admit=None):
-        self.params = {p.untyped_storage().data_ptr() for m in models for p in m.parameters()}
+        # a sharded parameter (FSDP2's DTensor) by the shard this process holds; its gathered copy counts as saved
+        local = (p.to_local() if hasattr(p, "to_local") else p for m in models for p in m.parameters())
+        self.params = {p.untyped_storage().data_ptr() for p in local}
         self.admit = admit
         self.seen: set[int] = set()
         self.held: dict[int, list[int]] = {}  # storage address -> [saved references alive, bytes]

@@ -1,15 +1,19 @@
-"""`python -m helpers export 08`: notebook 08 as train.py, an accelerate config and a Slurm job.
+"""`python -m helpers export 08`: notebook 08 as train.py, launch.sh (torchrun), an accelerate config and a Slurm job.
 
-The train.py it writes runs on CPU in two processes (gloo) under `accelerate launch` with the
-exported 2-GPU config, is killed with SIGKILL after its first checkpoint (the whole process group,
-as a preempted node loses it), and resumes to the same final adapter, bit for bit. The job file is
-checked against a table of sbatch options, by `bash -n`, and run with a fake `accelerate` and
-`scontrol` to see the USR1 trap requeue the job.
+The exported 2-node job.sbatch itself runs here, under a FAKE `srun` and a FAKE `scontrol` (Slurm
+cannot run here): the fake srun starts launch.sh once per "node" with SLURM_NODEID 0 and 1, so two
+torchrun launchers of one process each meet on localhost and train on CPU over gloo. One run is
+killed with SIGKILL after its first checkpoint (every process, as a preempted job loses them),
+requeued under the same job id, and resumes to the same final adapter, bit for bit. The job file is
+checked against a table of sbatch options and by `bash -n`, and run with a fake srun that sleeps to
+see the USR1 trap requeue the job; launch.sh's torchrun line is read by torchrun's own parser; two
+launchers told different node counts stop together with an error saying so.
 """
 
 import contextlib
 import json
 import os
+import random
 import re
 import shlex
 import shutil
@@ -31,6 +35,27 @@ from helpers.maintainer.export import ExportError, export, notebook_parameters
 from helpers.maintainer.notebooks import SOURCES_DIR
 
 SLOW_FIXTURES = ("runs",)  # train.py run twice at once (conftest: slow)
+VENV_BIN = Path(sys.executable).parent  # torchrun
+# the variables a launcher reads: none may come in from the shell that runs the tests (or a real Slurm job)
+LAUNCH_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NPROC_PER_NODE", "NODE_RANK", "RDZV_TIMEOUT")
+LAUNCH_VARIABLES += ("ACCELERATE_MIXED_PRECISION", "OUTPUT_DIR", "RANK", "WORLD_SIZE", "LOCAL_RANK")
+FAKE_SRUN = """#!/bin/bash
+# A FAKE srun, for the tests only (Slurm cannot run here): the command once per node of the allocation,
+# each with the SLURM_NODEID the real srun gives it; srun's own options are skipped, not acted on.
+while [[ "$1" == -* ]]; do shift; done
+pids=()
+for ((node = 0; node < SLURM_NNODES; node++)); do
+    SLURM_NODEID=$node SLURM_PROCID=$node SLURM_LOCALID=0 "$@" &
+    pids+=($!)
+done
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
+exit "$status"
+"""
+FAKE_SCONTROL = """#!/bin/bash
+# A FAKE scontrol, for the tests only: `show hostnames A,B` prints A and B, a line each; the rest is recorded.
+if [[ "$1 $2" == "show hostnames" ]]; then tr ',' '\\n' <<<"$3"; else echo "$@" >> "$FAKE_SCONTROL_LOG"; fi
+"""
 
 CAPSTONE = SOURCES_DIR / "08_capstone.py"
 TIMEOUT_S = 600  # one two-process run takes about 20 s alone, 76 s beside the notebooks; once over 300 s on a
@@ -159,34 +184,63 @@ def sbatch_options(text: str) -> dict[str, str | None]:
 
 
 def test_the_job_file_reads_as_sbatch_and_as_bash(tmp_path):
-    export("08", tmp_path, gpus=4, time="1-12:00:00", partition="gpu")
+    export("08", tmp_path, nodes=2, gpus=4, time="1-12:00:00", partition="gpu")
     text = (tmp_path / "job.sbatch").read_text()
     assert text.startswith("#!/bin/bash\n")
     options = sbatch_options(text)
+    assert options["nodes"] == "2" and options["ntasks-per-node"] == "1", "one launcher a node"
     assert options["gres"] == "gpu:4" and options["time"] == "1-12:00:00" and options["partition"] == "gpu"
     assert "requeue" in options and options["open-mode"] == "append" and options["signal"] == "B:USR1@120"
     assert (tmp_path / "logs").is_dir(), "Slurm does not create the --output folder"
-    assert subprocess.run(["bash", "-n", tmp_path / "job.sbatch"], capture_output=True).returncode == 0
+    for name in ("job.sbatch", "launch.sh"):
+        checked = subprocess.run(["bash", "-n", tmp_path / name], capture_output=True, text=True)
+        assert checked.returncode == 0, checked.stderr
     assert 'scontrol requeue "${SLURM_JOB_ID}"' in text and "trap requeue USR1" in text
-    assert 'train.py --output-dir "${OUTPUT_DIR}"' in text  # the same folder every restart: it resumes
-    assert "--config_file accelerate_config.yaml" in text
+    assert 'bash launch.sh --output-dir "${OUTPUT_DIR}" "$@"' in text  # the same folder every restart: it resumes
+    assert 'NPROC_PER_NODE="${NPROC_PER_NODE:-4}"' in (tmp_path / "launch.sh").read_text()
     with pytest.raises(AssertionError, match="unknown sbatch option --gress"):
         sbatch_options("#!/bin/bash\n#SBATCH --gress=gpu:4\n")
     with pytest.raises(AssertionError, match="does not read as"):
         sbatch_options("#!/bin/bash\n#SBATCH --time=4h\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    outside = subprocess.run(["bash", "job.sbatch"], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert outside.returncode == 2 and "without Slurm: bash launch.sh" in outside.stderr, outside.stderr
+
+
+def fake_slurm(folder: Path, srun: str = FAKE_SRUN) -> Path:
+    """A folder holding a FAKE srun and a FAKE scontrol (Slurm cannot run here), to put first on PATH."""
+    folder.mkdir(exist_ok=True)
+    for name, text in (("srun", srun), ("scontrol", FAKE_SCONTROL)):
+        (folder / name).write_text(text)
+        (folder / name).chmod(0o755)
+    return folder
+
+
+def slurm_env(job: Path, fake: Path, **values: str) -> dict[str, str]:
+    """What Slurm gives a 2-node batch script, nothing of a launcher's from this shell, the fakes first on PATH."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in LAUNCH_VARIABLES}
+    return env | {
+        "PATH": f"{fake}:{VENV_BIN}:{os.environ['PATH']}",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_NNODES": "2",
+        "SLURM_JOB_NODELIST": "127.0.0.1,127.0.0.2",  # two names for this machine
+        "SLURM_SUBMIT_DIR": str(job),
+        "FAKE_SCONTROL_LOG": str(fake / "scontrol.log"),
+        **values,
+    }
 
 
 def test_usr1_requeues_the_job(tmp_path):
     """The job under a fake Slurm: USR1 (what --signal sends) makes the trap call scontrol requeue."""
     job = tmp_path / "job"
-    export("08", job)
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    (fake / "accelerate").write_text(f'#!/bin/bash\necho "$@" > {tmp_path}/launched\nexec sleep 60\n')
-    (fake / "scontrol").write_text(f'#!/bin/bash\necho "$@" > {tmp_path}/scontrol\n')
-    for tool in fake.iterdir():
-        tool.chmod(0o755)
-    env = os.environ | {"PATH": f"{fake}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242", "SLURM_SUBMIT_DIR": str(job)}
+    export("08", job, nodes=2, gpus=4)
+    sleeping = "#!/bin/bash\n"  # a FAKE srun: says what it was given, then its "training" sleeps
+    sleeping += (
+        f'echo "$MASTER_ADDR $MASTER_PORT $NNODES $NPROC_PER_NODE ${{NODE_RANK:-unset}}" > {tmp_path}/rendezvous\n'
+    )
+    sleeping += f'echo "$@" > {tmp_path}/launched\nexec sleep 60\n'
+    fake = fake_slurm(tmp_path / "bin", srun=sleeping)
+    env = slurm_env(job, fake, SLURM_JOB_NODELIST="gpu-a1,gpu-a2", SLURM_CPUS_PER_TASK="16", NODE_RANK="5")
     with open(tmp_path / "job.log", "w") as log:  # a file: the sleeping fake would hold a pipe open
         process = subprocess.Popen(
             ["bash", "job.sbatch", "--max-steps", "7"], cwd=job, env=env, start_new_session=True,
@@ -202,35 +256,84 @@ def test_usr1_requeues_the_job(tmp_path):
         os.killpg(process.pid, signal.SIGKILL)  # the fake training still sleeps
     out = (tmp_path / "job.log").read_text()
     assert (tmp_path / "launched").read_text().split() == [
-        "launch", "--config_file", "accelerate_config.yaml", "train.py", "--output-dir", "runs/capstone",
+        "--kill-on-bad-exit=1", "--cpus-per-task=16", "bash", "launch.sh", "--output-dir", "runs/capstone",
         "--max-steps", "7",
     ]  # fmt: skip
-    assert (tmp_path / "scontrol").read_text().split() == ["requeue", "4242"], out
-    assert "requeueing job 4242" in out
+    # the first node, a port from the job id (29500 + 4242 % 1000), Slurm's node count; no NODE_RANK from the shell
+    assert (tmp_path / "rendezvous").read_text().split() == ["gpu-a1", "29742", "2", "4", "unset"]
+    assert (fake / "scontrol.log").read_text().split() == ["requeue", "4242"], out
+    assert "requeueing job 4242" in out and "2 nodes x 4 GPUs, rendezvous at gpu-a1:29742" in out
+
+
+@pytest.mark.parametrize(
+    ("env", "node_rank", "nnodes", "addr", "port"),
+    [
+        ({}, 0, "1", "127.0.0.1", 29500),  # one machine, all its GPUs
+        ({"NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29613"}, 1, "2", "10.0.0.1",
+         29613),  # a plain set of machines
+        ({"NNODES": "2", "SLURM_NODEID": "1", "MASTER_ADDR": "gpu-a1", "MASTER_PORT": "29742"}, 1, "2", "gpu-a1",
+         29742),  # under srun
+    ],
+)  # fmt: skip
+def test_launch_sh_is_a_torchrun_command_its_own_parser_reads(tmp_path, env, node_rank, nnodes, addr, port):
+    from torch.distributed.run import config_from_args, get_args_parser
+
+    export("08", tmp_path, gpus=4, card="A100-80GB")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    # a FAKE torchrun: what it was given, NUL-separated, and the precision launch.sh exported for train.py
+    (fake / "torchrun").write_text(f"#!/bin/bash\nprintf '%s\\0' \"$@\" > {tmp_path}/args\n"
+                                   f'echo "$ACCELERATE_MIXED_PRECISION" > {tmp_path}/precision\n')  # fmt: skip
+    (fake / "torchrun").chmod(0o755)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in LAUNCH_VARIABLES}
+    done = subprocess.run(["bash", "launch.sh", "--max-steps", "7"], cwd=tmp_path, capture_output=True, text=True,
+                          env=clean | {"PATH": f"{fake}:{os.environ['PATH']}"} | env)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    args = get_args_parser().parse_args((tmp_path / "args").read_text().split("\0")[:-1])
+    assert (args.nnodes, args.nproc_per_node, args.node_rank) == (nnodes, "4", node_rank)
+    assert (args.master_addr, args.master_port, args.rdzv_backend) == (addr, port, "static")
+    assert args.rdzv_conf == "timeout=600", "node 0 waits a bounded time for the others"
+    assert (tmp_path / args.training_script).resolve() == (tmp_path / "train.py").resolve()  # from launch.sh's folder
+    assert args.training_script_args == ["--max-steps", "7"]
+    config, _, _ = config_from_args(args)
+    assert config.rdzv_configs == {"timeout": "600", "rank": node_rank} and config.max_nodes == int(nnodes)
+    assert (tmp_path / "precision").read_text().strip() == "bf16", "the card's, as accelerate_config.yaml has it"
 
 
 # ---------------------------------------------------------------------------------------------
-# train.py: two processes over gloo, killed, resumed
+# train.py: two nodes of one process each over gloo, through the exported job.sbatch; killed, requeued, resumed
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def job_ids_with_free_ports(count: int) -> list[int]:
+    """Slurm job ids whose rendezvous ports (job.sbatch: 29500 + id % 1000) are free here now, each another."""
+    found = []
+    for offset in random.sample(range(1000), 1000):
+        with socket.socket() as s:
+            try:
+                s.bind(("", 29500 + offset))
+            except OSError:
+                continue
+        found.append(100_000 + offset)
+        if len(found) == count:
+            return found
+    pytest.fail("no free port in 29500..30499 for the rendezvous")
 
 
-def launch(job: Path, out: Path, log: Path) -> subprocess.Popen:
-    """`accelerate launch` with the exported 2-GPU config, on CPU: two processes talking over gloo."""
-    accelerate = Path(sys.executable).with_name("accelerate")
-    command = [accelerate, "launch", "--config_file", "accelerate_config.yaml"]
-    command += ["--main_process_port", str(free_port()), "train.py", *RUN, "--output-dir", str(out)]
-    env = os.environ | {"HF_HOME": str(job / "hf"), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(SOURCES_DIR.parents[1])}
+def launch(job: Path, out: Path, log: Path, job_id: int, restart: int = 0) -> subprocess.Popen:
+    """The exported job.sbatch as Slurm would run it on 2 nodes (FAKE srun and scontrol): two torchrun launchers
+    of one process each, on CPU over gloo; `restart` is SLURM_RESTART_COUNT (a requeued job keeps its id)."""
+    env = slurm_env(job, job / "fake-slurm", SLURM_JOB_ID=str(job_id), SLURM_RESTART_COUNT=str(restart))
+    env |= {"OUTPUT_DIR": str(out), "HF_HOME": str(job / "hf"), "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = str(SOURCES_DIR.parents[1])
     with open(log, "w") as log_file:  # a file, not a pipe: a full pipe would stall the run
-        return subprocess.Popen(command, cwd=job, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            ["bash", "job.sbatch", *RUN], cwd=job, env=env, stdout=log_file, stderr=subprocess.STDOUT
+        )
 
 
 def kill_tree(process: subprocess.Popen) -> None:
-    """SIGKILL the launcher and every process under it: torchrun starts its ranks in their own groups."""
+    """SIGKILL the job and every process under it (srun, the launchers, the ranks): torchrun starts its ranks in their
+    own groups."""
     tree = [process.pid] + [p.pid for p in psutil.Process(process.pid).children(recursive=True)]
     for pid in tree:
         with contextlib.suppress(ProcessLookupError):
@@ -259,11 +362,16 @@ def finish(process: subprocess.Popen, log: Path) -> None:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """The exported train.py run twice at once: once through, once killed after its first checkpoint and restarted."""
+    """The exported 2-node job run twice at once: once through, once killed after its first checkpoint and requeued.
+
+    Returns the job's folder, what the killed run left, and each run's Slurm job id.
+    """
     job = tmp_path_factory.mktemp("export")
-    export("08", job, gpus=2)
-    reference = launch(job, job / "reference", job / "reference.log")
-    doomed = launch(job, job / "killed", job / "killed.log")
+    export("08", job, nodes=2, gpus=1)
+    fake_slurm(job / "fake-slurm")
+    ids = dict(zip(("reference", "killed"), job_ids_with_free_ports(2), strict=True))
+    reference = launch(job, job / "reference", job / "reference.log", ids["reference"])
+    doomed = launch(job, job / "killed", job / "killed.log", ids["killed"])
     deadline = time.monotonic() + TIMEOUT_S
     while not any((c / "run_manifest.json").exists() for c in (job / "killed").glob("checkpoint-*")):
         if doomed.poll() is not None or time.monotonic() > deadline:
@@ -271,23 +379,34 @@ def runs(tmp_path_factory):
             log = (job / "killed.log").read_text()[-4000:]
             pytest.fail(f"no checkpoint before the run ended or timed out:\n{log}")
         time.sleep(0.01)
-    kill_tree(doomed)  # the launcher and both ranks, with no cleanup: a lost node
+    kill_tree(doomed)  # the job, both launchers and both ranks, with no cleanup: a preempted job
     left = sorted(p.name for p in (job / "killed").iterdir())
     finish(reference, job / "reference.log")
-    resumed = launch(job, job / "killed", job / "resumed.log")
+    resumed = launch(job, job / "killed", job / "resumed.log", ids["killed"], restart=1)  # requeued: the same id
     finish(resumed, job / "resumed.log")
-    return job, left
+    return job, left, ids
 
 
 @pytest.mark.slow
-def test_train_py_trains_on_two_processes_to_the_end(runs):
-    job, _ = runs
+def test_the_job_trains_on_two_nodes_to_the_end(runs):
+    """The very job.sbatch a student submits, for 2 nodes x 1 GPU: srun (FAKE) starts launch.sh on each node,
+    their torchruns meet on the first node, rank 0 alone saves, each checkpoint once."""
+    job, _, ids = runs
     result = json.loads((job / "reference" / "result.json").read_text())
     assert result["global_step"] == STEPS and result["resumed_from"] is None
     log = (job / "reference.log").read_text()
+    where = f"rendezvous at 127.0.0.1:{29500 + ids['reference'] % 1000}"  # the first node; a port from the job id
+    assert f"restart 0, on {socket.gethostname()}" in log and f"2 nodes x 1 GPUs, {where}" in log
+    for node in (0, 1):
+        assert f"node {node} of 2, {where}" in log, f"launch.sh on node {node}, under srun"
+        assert f"rank {node} of 2 (node {node}, local rank 0): {where}" in log, "one process a node, one world"
     assert "effective batch 2 x 1 x 2 = 4" in log, "two processes, one batch each per step"
+    saved = re.findall(r"rank (\d+): saved checkpoint-(\d+) in (.+)", log)
+    assert saved == [("0", str(s), str(job / "reference")) for s in range(4, STEPS + 1, 4)], "rank 0 saves, once"
     checkpoint = job / "reference" / f"checkpoint-{STEPS}"
-    assert (checkpoint / "rng_state_1.pth").exists(), "rank 1 saved its own state"
+    assert sorted(p.name for p in checkpoint.glob("rng_state*")) == ["rng_state_0.pth", "rng_state_1.pth"], (
+        "each rank its own RNG state, in one world of two: none trained (and saved) alone"
+    )
     recorded = json.loads((checkpoint / "run_manifest.json").read_text())["checksums"]["files"]
     assert recorded["rng_state_1.pth"]["sha256"] == sha256_file(checkpoint / "rng_state_1.pth"), (
         "the manifest waits for rank 1's RNG state and hashes it whole"
@@ -296,7 +415,7 @@ def test_train_py_trains_on_two_processes_to_the_end(runs):
 
 
 def test_a_killed_run_resumes_from_its_last_valid_checkpoint_to_the_same_adapter(runs):
-    job, left = runs
+    job, left, ids = runs
     assert "result.json" not in left and f"checkpoint-{STEPS}" not in left, left
     resumed = json.loads((job / "killed" / "result.json").read_text())
     reference = json.loads((job / "reference" / "result.json").read_text())
@@ -304,7 +423,8 @@ def test_a_killed_run_resumes_from_its_last_valid_checkpoint_to_the_same_adapter
     assert Path(resumed["resumed_from"]).parent == job / "killed" and 4 <= start < STEPS
     log = (job / "resumed.log").read_text()
     assert f"this run trains in {job / 'killed'}: the same settings as its checkpoints" in log, "the requeue's rule"
-    assert f"resuming from {resumed['resumed_from']}" in log
+    assert log.count(f"resuming from {resumed['resumed_from']}\n") == 2, "both ranks, from the one checkpoint"
+    assert f"job {ids['killed']}, restart 1" in log and "rank 1 of 2 (node 1, local rank 0)" in log
     assert resumed["global_step"] == STEPS
     assert resumed["eval_loss"] == reference["eval_loss"]
     assert all(resumed["losses"][str(s)] == reference["losses"][str(s)] for s in range(start + 1, STEPS + 1))
@@ -315,10 +435,41 @@ def test_a_killed_run_resumes_from_its_last_valid_checkpoint_to_the_same_adapter
 
 
 @pytest.mark.slow
+def test_launchers_told_different_node_counts_stop_together_saying_so(tmp_path):
+    """Node 0's launch.sh told 2 nodes, node 1's told 3. torchrun takes node 0's word and starts both ranks (left
+    alone they would train, then wait out torchrun's 300 s exit barrier and exit 0); train.py's check stops both
+    within seconds, each saying what each launcher was told, and torchrun's summary names the rank."""
+    export("08", tmp_path, nodes=2, gpus=1)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in LAUNCH_VARIABLES}
+    env |= {"PATH": f"{VENV_BIN}:{os.environ['PATH']}", "OMP_NUM_THREADS": "1", "HF_HOME": str(tmp_path / "hf")}
+    env |= {"PYTHONPATH": str(SOURCES_DIR.parents[1]), "MASTER_PORT": str(29500 + job_ids_with_free_ports(1)[0] % 1000)}
+    start, launchers = time.monotonic(), []
+    for rank, nodes in ((0, "2"), (1, "3")):
+        with open(tmp_path / f"node{rank}.log", "w") as log:
+            command = ["bash", "launch.sh", "--smoke", "--output-dir", str(tmp_path / "run")]
+            told = env | {"NNODES": nodes, "NODE_RANK": str(rank)}
+            launchers.append(subprocess.Popen(command, cwd=tmp_path, env=told, stdout=log, stderr=subprocess.STDOUT))
+    for launcher in launchers:
+        try:
+            launcher.wait(timeout=120 - (time.monotonic() - start))
+        except subprocess.TimeoutExpired:
+            for each in launchers:
+                kill_tree(each)
+            pytest.fail(f"still running after 120 s:\n{(tmp_path / 'node0.log').read_text()[-3000:]}")
+    print(f"both stopped {time.monotonic() - start:.1f} s after they started")
+    said = "error: the launchers disagree (node 0's 2 nodes x 1, node 1's 3 nodes x 1 processes), and 2 processes met"
+    for rank, launcher in enumerate(launchers):
+        log = (tmp_path / f"node{rank}.log").read_text()
+        assert launcher.returncode == 1 and f"{said}. Start every node with the same NNODES" in log, log[-3000:]
+        assert f"rank      : {rank} (local_rank: 0)" in log and f"SystemExit: {said}" in log, "torchrun's summary"
+        assert "terminate called" not in log and "Training completed" not in log
+
+
+@pytest.mark.slow
 def test_a_finished_run_without_its_results_finishes_them_and_then_trains_nothing(runs, tmp_path):
     """A job stopped after its last checkpoint, before final/ and result.json (preempted while evaluating; a
     crash in its last lines): requeued, it writes them from that checkpoint; requeued again, it has nothing to do."""
-    job, _ = runs
+    job, *_ = runs
     out = tmp_path / "run"
     shutil.copytree(job / "reference", out, ignore=shutil.ignore_patterns("final", "result.json"))
     python = [sys.executable, "train.py", *RUN, "--output-dir", str(out)]
@@ -398,12 +549,23 @@ def test_a_folder_the_checkpoint_rotation_would_delete_from_stops_train_py_first
 # the command line
 
 
-def test_export_writes_the_three_files_and_says_what_next(tmp_path):
+def test_export_writes_the_four_files_and_says_what_next(tmp_path):
     done = helpers_cli("export", "08", "--out", str(tmp_path / "job"), "--gpus", "2", "--card", "A100-80GB")
     assert done.returncode == 0, done.stderr
-    for name in ("train.py", "accelerate_config.yaml", "job.sbatch"):
+    names = ("train.py", "launch.sh", "accelerate_config.yaml", "job.sbatch")
+    for name in names:
         assert f"wrote {tmp_path / 'job' / name}" in done.stdout
-    assert "sbatch job.sbatch" in done.stdout
+    assert (
+        "sbatch job.sbatch" in done.stdout
+        and f"or, without Slurm: cd {tmp_path / 'job'} && bash launch.sh" in done.stdout
+    )
+    checked = subprocess.run(
+        ["sha256sum", "-c", "exported.sha256"], cwd=tmp_path / "job", capture_output=True, text=True
+    )
+    assert checked.returncode == 0 and checked.stdout.split() == [x for n in names for x in (f"{n}:", "OK")]
+    two = helpers_cli("export", "08", "--out", str(tmp_path / "two"), "--nodes", "2", "--gpus", "4")
+    assert two.returncode == 0 and "NNODES=2 NODE_RANK=<0 to 1, 0 on the first> MASTER_ADDR=" in two.stdout, two.stderr
+    assert "#SBATCH --nodes=2\n" in (tmp_path / "two" / "job.sbatch").read_text()
 
 
 @pytest.mark.parametrize(
@@ -411,7 +573,19 @@ def test_export_writes_the_three_files_and_says_what_next(tmp_path):
     [
         (["export", "99", "--out", "{tmp}/job"], "notebook '99' cannot be exported: export knows 08 (08_capstone)"),
         (["export", "08", "--out", "{tmp}/file.txt"], "is a file: pass a folder, e.g. --out"),
-        (["export", "08", "--out", "{tmp}/job", "--gpus", "0"], "argument --gpus: 0 is out of range"),
+        (["export", "08", "--out", "{tmp}/job", "--gpus", "0"], "gpus=0: pass a whole number of GPUs per node from 1"),
+        (["export", "08", "--out", "{tmp}/job", "--gpus", "65"], "gpus=65: pass a whole number of GPUs per node"),
+        (
+            ["export", "08", "--out", "{tmp}/job", "--nodes", "0"],
+            "nodes=0: pass a whole number of machines from 1 to 64",
+        ),
+        (["export", "08", "--out", "{tmp}/job", "--nodes", "65"], "nodes=65: pass a whole number of machines from 1"),
+        (["export", "08", "--out", "{tmp}/job", "--nodes", "1.5"], "'1.5' is not a whole number: pass e.g. --nodes 2"),
+        (["export", "08", "--out", "{tmp}/job", "--gpus", "two"], "'two' is not a whole number: pass e.g. --gpus 4"),
+        (
+            ["export", "08", "--out", "{tmp}/job", "--nodes", "2", "--gpus", "0"],
+            "nodes=2 with gpus=0: a node count with no GPUs per node; --gpus is per node: pass e.g. --nodes 2 --gpus 4",
+        ),
         (["export", "08", "--out", "{tmp}/job", "--card", "P100"], "unknown GPU 'P100'"),
         (["export", "08", "--out", "{tmp}/job", "--time", "4h"], "pass e.g. --time 04:00:00"),
     ],
@@ -421,6 +595,22 @@ def test_export_refuses_what_it_cannot_do(tmp_path, args, message):
     done = helpers_cli(*(a.replace("{tmp}", str(tmp_path)) for a in args))
     assert done.returncode == 2, done.stdout
     assert message in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert not (tmp_path / "job").exists()
+
+
+@pytest.mark.parametrize(
+    ("counts", "message"),
+    [
+        ({"nodes": "2"}, "nodes='2': pass a whole number"),
+        ({"nodes": True}, "nodes=True: pass a whole number"),
+        ({"nodes": 2.0}, "nodes=2.0: pass a whole number"),
+        ({"gpus": 1.5}, "gpus=1.5: pass a whole number"),
+        ({"nodes": 3, "gpus": 0}, "nodes=3 with gpus=0: a node count with no GPUs per node"),
+    ],
+)
+def test_a_count_that_is_not_a_whole_number_in_range_writes_nothing(tmp_path, counts, message):
+    with pytest.raises(ExportError, match=re.escape(message)):
+        export("08", tmp_path / "job", **counts)
     assert not (tmp_path / "job").exists()
 
 
@@ -499,7 +689,7 @@ def test_a_second_export_keeps_edited_files_unless_forced(tmp_path):
 @pytest.mark.slow
 def test_train_py_never_trains_over_checkpoints_it_cannot_resume(runs, tmp_path):
     """Every checkpoint rejected (manifests cut short, weights whole): it stops, then sets them aside on request."""
-    job, _ = runs
+    job, *_ = runs
     out = tmp_path / "run"
     for checkpoint in (job / "reference").glob("checkpoint-*"):
         shutil.copytree(checkpoint, out / checkpoint.name)

@@ -102,6 +102,8 @@ def test_every_control_redraws_the_verdict_the_stack_and_the_ladder(capsys):
         "gradient checkpointing",
         "fused loss (Liger, Unsloth)",
         "loop",
+        "GPUs",
+        "sharding",
     }
     assert controls["per-device batch"].options == BATCHES
     first = said(capsys)
@@ -121,6 +123,15 @@ def test_every_control_redraws_the_verdict_the_stack_and_the_ladder(capsys):
     controls["method"].value = "full"
     now = said(capsys)
     assert controls["LoRA rank"].disabled and "every weight trained" in now and "\nQLoRA " in now
+    assert "Cards: Llama-3-8B, full" in now and "fully sharded" in now  # how many such cards would hold it
+    one_card = float(now.split("the training step needs ")[1].split(" GiB")[0])
+    controls["sharding"].value = "full"  # on one GPU: the bad mix is said, not raised
+    assert "cannot estimate this: sharding='full' on one GPU splits nothing" in said(capsys)
+    controls["GPUs"].value = 8
+    now = said(capsys)
+    assert float(now.split("the training step needs ")[1].split(" GiB")[0]) < one_card / 2  # one GPU's share
+    controls["sharding"].value = "none"
+    controls["GPUs"].value = 1
     controls["card"].value = "H100-80GB"
     controls["method"].value = "lora"
     assert said(capsys).startswith("fits") and not controls["LoRA rank"].disabled

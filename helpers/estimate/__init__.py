@@ -67,6 +67,7 @@ from helpers.estimate._job import (
 )
 from helpers.estimate._optimizer import gradients, optimizer_states, optimizer_step
 from helpers.estimate._shapes import LINEAR_TARGETS, Shape, adapter_shapes, adapts_head, shape_of
+from helpers.estimate._sharding import rank_share, sharded_activations
 from helpers.estimate._weights import load_peak, stored_weights
 from helpers.job import LOOPS, PRECISIONS, TrainingJob, job_settings
 
@@ -162,13 +163,16 @@ def _estimate(job: Job) -> Estimate:
     """The four numbered steps, on the allocator's view (the caller adds the CUDA lines)."""
     shape, f, trainable = job.shape, _forward(job), job.trainable
     parts, layer = _saved_for_backward(job, f)  # 3.
+    parts = sharded_activations(job, parts)
     held = held_output(job, f) if job.loop == "litgpt" else 0
     # the AdamW family keeps its moments in the parameter's dtype; 8-bit optimizers in 8 bits whatever it is
     weights = stored_weights(job)
+    # one GPU's share when several train the job together, and the buffers data parallel or sharding adds
+    share = rank_share(job, weights, gradients(job), optimizer_states(job), optimizer_step(job))
     return Estimate(
-        weights=int(weights),  # 1.
-        gradients=int(gradients(job)),  # 2. in the trainable parameters' dtype
-        optimizer=int(optimizer_states(job)),
+        weights=int(share.weights),  # 1.
+        gradients=int(share.gradients),  # 2. in the trainable parameters' dtype
+        optimizer=int(share.optimizer),
         activations=int(sum(parts.values())),
         logits=int(logits_moment(job)),
         recompute=int(sum(layer.values()) + recomputed_scores(f)) if job.checkpointing else 0,
@@ -180,16 +184,21 @@ def _estimate(job: Job) -> Estimate:
         attention=f.kernel,
         activation_parts={k: int(v) for k, v in parts.items()},
         backward_transient=int(backward_transient(f, job.dequant_bytes if job.quantized else 0)),
-        optimizer_step=int(optimizer_step(job)),  # 4.
+        optimizer_step=int(share.optimizer_step),  # 4.
+        ddp_buckets=share.ddp_buckets,
+        all_gather=share.all_gather,
+        reduce_scatter=share.reduce_scatter,
         grads_in_forward=job.grad_accum_steps > 1 or not job.harness.set_to_none,
         # autocast caches the 16-bit copy of every trainable fp32 weight until the forward's autocast
         # region ends; without checkpointing the copies are saved anyway (the "weight casts" lines)
         autocast_cache=(
             job.compute * shape.parameter_counts()["linear"]
-            if job.autocast and job.checkpointing and job.method == "full"
+            if job.autocast and job.checkpointing and job.method == "full" and job.sharding == "none"
             else 0
         ),
-        load_peak=int(load_peak(job, weights)),
+        # sharded, each process loads the model into CPU memory (or onto the meta device) and moves only its shard
+        # to the GPU, as accelerate's FSDP loading does; data parallel loads the whole model onto every GPU
+        load_peak=int(load_peak(job, weights)) if job.sharding == "none" else share.weights,
         previous_output=int(held),
         forward_end=int(sum(parts.values()) - parts.get("loss log-probs", 0) + forward_logits(job) + held) * (held > 0),
         output_held=int(held_output(job, f)) if job.loop == "custom" else 0,

@@ -46,6 +46,11 @@ class Estimate:
     previous_output: int = 0  # litgpt's loop: the previous micro-batch's logits and ctx-kept inputs
     forward_end: int = 0  # the end of the forward with the previous output still held (above the weights)
     output_held: int = 0  # a hand-written loop's `outputs`: held at every moment of the step (loop="custom")
+    # several GPUs (`_sharding`): DDP's gradient buckets, held throughout; FSDP's gathered weights, held in the
+    # forward and the backward; the backward's unit of gradients before the reduce-scatter
+    ddp_buckets: int = 0
+    all_gather: int = 0
+    reduce_scatter: int = 0
     attention: str = ""  # the attention kernel that runs: "eager", "flash", "efficient" or "math" (`_attention`)
     # seq_len past a rotary model's trained context, in words (`past_context`): the bytes are right, the
     # job is not what the model was trained for; every display of the verdict says it ("" when within it)
@@ -65,7 +70,10 @@ class Estimate:
         # a checkpointed layer's backward holds its recomputed activations and the gradients flowing
         # through it at once (measured against the CPU allocator: tests/test_estimate_allocator.py)
         backward = self.recompute + self.backward_transient if self.recompute else 0
-        held = self.weights + self.optimizer + self.output_held  # at every moment
+        # sharded: the gathered weights through the forward and the backward, a unit's gradients before reducing
+        forward += self.all_gather
+        backward += self.all_gather + self.reduce_scatter
+        held = self.weights + self.optimizer + self.output_held + self.ddp_buckets  # at every moment
         if self.grads_in_forward:
             return held + self.gradients + max(forward, backward, self.optimizer_step)
         return held + max(forward, self.gradients + max(backward, self.optimizer_step))
@@ -133,6 +141,9 @@ class Estimate:
             ("optimizer step (transient)", self.optimizer_step),
             *([("previous micro-batch (held)", self.previous_output)] if self.previous_output else []),
             *([("model output (held by the loop)", self.output_held)] if self.output_held else []),
+            *([("DDP gradient buckets", self.ddp_buckets)] if self.ddp_buckets else []),
+            *([("gathered weights (sharded)", self.all_gather)] if self.all_gather else []),
+            *([("gradients before reduce-scatter", self.reduce_scatter)] if self.reduce_scatter else []),
             ("peak allocated", self.allocated),
             ("allocator slack", self.allocator_slack),
             ("peak reserved", self.reserved),

@@ -9,7 +9,8 @@
 - `publish`: `python -m helpers publish --repo OWNER/NAME --ref REF`: a fork's badges, install
   cells and README retargeted in one command.
 - `gpu_proof`: `python -m helpers gpu-proof --out DIR`: the kit proven on one real CUDA card.
-- `export`: `python -m helpers export 08 --out DIR [--gpus N]`: notebook 08 as a cluster job, a
-  `train.py` that resumes from its last valid checkpoint, an accelerate config for 1..N GPUs and a
-  Slurm `job.sbatch` that requeues itself on preemption.
+- `export`: `python -m helpers export 08 --out DIR [--nodes N] [--gpus G]`: notebook 08 as a cluster
+  job, a `train.py` (`train_template`) that resumes from its last valid checkpoint, a torchrun
+  `launch.sh` for G GPUs on each of N nodes, an accelerate config for one machine and a Slurm
+  `job.sbatch` (`job_scripts`) that runs launch.sh on every node and requeues itself on preemption.
 """

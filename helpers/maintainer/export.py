@@ -1,22 +1,25 @@
-"""From the notebook to a cluster: notebook 08's recipe as a script, an accelerate config and a Slurm job.
+"""From the notebook to a cluster: notebook 08's recipe as a script, its launcher and a Slurm job.
 
-`python -m helpers export 08 --out DIR [--gpus N] [--card A100-80GB] [--time 04:00:00]` writes
+`python -m helpers export 08 --out DIR [--nodes N] [--gpus G] [--card A100-80GB] [--time 04:00:00]` writes
 
 - `DIR/train.py`: the capstone's recipe (load_qlora, training_args, ManifestCallback, a resume
   from `latest_valid_checkpoint`), its parameters on the command line, their defaults read from
   the notebook's `parameters` cell (so a changed default follows at the next export);
-- `DIR/accelerate_config.yaml`: 1..N GPUs on one machine, mixed precision from the card;
-- `DIR/job.sbatch`: the Slurm job: resources, and a requeue on preemption or at the time limit
-  (Slurm sends USR1 two minutes early, the trap calls `scontrol requeue`), after which the job
-  resumes from the newest whole checkpoint;
+- `DIR/launch.sh`: the one launch line, PyTorch's `torchrun` (static rendezvous): G processes on this
+  machine, or on each of N given NNODES, NODE_RANK and MASTER_ADDR; the card's precision for train.py;
+- `DIR/accelerate_config.yaml`: for `accelerate launch` on one machine, G GPUs, the same precision;
+- `DIR/job.sbatch`: the Slurm job: N nodes x G GPUs, `srun` running launch.sh on each node with the
+  rendezvous on the first, and a requeue on preemption or at the time limit (Slurm sends USR1 two
+  minutes early, the trap calls `scontrol requeue`), after which it resumes from the newest whole checkpoint;
 - `DIR/logs/`: where the job's output goes (Slurm does not create the folder itself);
 - `DIR/exported.sha256`: what was written (`sha256sum -c exported.sha256` checks it), so that the
   next export replaces the files only where nobody edited them since, unless `--force`.
 
-train.py is written from `helpers.maintainer.train_template`, not cut out of the notebook. The job
-file is shell: every value pasted into it is checked first (#SBATCH lines take no quoting, so a run
-name, partition or time sbatch would misread is refused, saying what would work) and every path in
-a shell command is quoted. Claim 3 of notebook 08's lesson.
+train.py is written from `helpers.maintainer.train_template`, not cut out of the notebook, the shell files
+from `helpers.maintainer.job_scripts`. The job
+and launch.sh are shell: every value pasted into them is checked first (#SBATCH lines take no quoting,
+so a run name, partition or time sbatch would misread is refused, saying what would work) and every
+path in a shell command is quoted. Claim 3 of notebook 08's lesson.
 """
 
 from __future__ import annotations
@@ -28,10 +31,19 @@ import shlex
 from pathlib import Path
 
 from helpers._checksums import sha256_file
+from helpers.maintainer.job_scripts import LAUNCH_TEMPLATE, SBATCH_TEMPLATE
 from helpers.maintainer.notebooks import SOURCES_DIR
 from helpers.maintainer.train_template import TRAIN_TEMPLATE
 
-__all__ = ["EXPORTABLE", "ExportError", "accelerate_config", "export", "notebook_parameters", "sbatch_script"]
+__all__ = [
+    "EXPORTABLE",
+    "ExportError",
+    "accelerate_config",
+    "export",
+    "launch_script",
+    "notebook_parameters",
+    "sbatch_script",
+]
 
 EXPORTABLE = {"08": "08_capstone"}  # notebook number -> source stem: what `export` knows how to turn into a job
 # the notebook's demonstrations only: a real job is cut short by Slurm, answers no question, trains no tiny model,
@@ -43,6 +55,7 @@ NAME = r"[A-Za-z0-9_][A-Za-z0-9._-]*"  # a job name, and the run's folder: not "
 PARTITIONS = re.compile(rf"{NAME}(,{NAME})*")  # one or several, by preference
 PRECISIONS = ("no", "fp16", "bf16")
 MAX_GPUS = 64  # per node: more than any machine holds
+MAX_NODES = 64  # past this a course job is a typo, and the rendezvous on one node's port its bottleneck
 RECORD = "exported.sha256"  # sha256sum's format: "<hex>  <name>" a line
 
 
@@ -82,13 +95,16 @@ def notebook_parameters(source: str | Path) -> dict[str, tuple[object, str]]:
 
 
 def accelerate_config(gpus: int, mixed_precision: str) -> str:
-    """An accelerate config (YAML) for `gpus` GPUs on one machine: distributed_type MULTI_GPU for 2 or more."""
-    if mixed_precision not in PRECISIONS:
-        raise ExportError(f"mixed_precision {mixed_precision!r}: pass one of {', '.join(PRECISIONS)}, or a --card")
+    """An accelerate config (YAML) for `gpus` GPUs on one machine: distributed_type MULTI_GPU for 2 or more.
+
+    One machine only: several are launch.sh's (torchrun), so that there is one multi-node launch line.
+    """
+    _check_precision(mixed_precision)
     return "\n".join(
         [
             "# written by `python -m helpers export 08`: one machine, "
-            + (f"{gpus} GPUs (data parallel)" if gpus > 1 else "one GPU"),
+            + (f"{gpus} GPUs (data parallel)" if gpus > 1 else "one GPU")
+            + "; several machines: launch.sh",
             "compute_environment: LOCAL_MACHINE",
             "debug: false",
             f"distributed_type: '{'MULTI_GPU' if gpus > 1 else 'NO'}'",  # quoted: a bare NO is false too
@@ -110,19 +126,33 @@ def accelerate_config(gpus: int, mixed_precision: str) -> str:
     )
 
 
-def sbatch_script(
-    gpus: int, *, time: str = "04:00:00", partition: str | None = None, run_name: str = "capstone"
-) -> str:
-    """The Slurm job: `gpus` GPUs on one node, requeued on preemption, resuming from the last valid checkpoint.
+def launch_script(gpus: int, mixed_precision: str) -> str:
+    """launch.sh: torchrun, `gpus` processes here or on each of NNODES machines; the rest from the environment."""
+    _check_counts(1, gpus)
+    _check_precision(mixed_precision)
+    return LAUNCH_TEMPLATE.replace("{{GPUS}}", str(gpus)).replace("{{PRECISION}}", mixed_precision)
 
-    Raises ExportError for a value sbatch would misread: the #SBATCH block ends at its first line
+
+def _check_precision(mixed_precision: str) -> None:
+    if mixed_precision not in PRECISIONS:
+        raise ExportError(f"mixed_precision {mixed_precision!r}: pass one of {', '.join(PRECISIONS)}, or a --card")
+
+
+def sbatch_script(
+    gpus: int, *, nodes: int = 1, time: str = "04:00:00", partition: str | None = None, run_name: str = "capstone"
+) -> str:
+    """The Slurm job: `nodes` x `gpus` GPUs, requeued on preemption, resuming from the last valid checkpoint.
+
+    srun starts launch.sh once per node (--ntasks-per-node=1); the rendezvous is on the allocation's first
+    node. Raises ExportError for a value sbatch would misread: the #SBATCH block ends at its first line
     that is not one (a newline in a partition would leave --requeue and --signal out of it).
     """
+    _check_counts(nodes, gpus)
     _check_sbatch_values(time, partition, run_name)
     options = [
         f"--job-name=kit-08-{run_name}",
-        "--nodes=1",
-        "--ntasks-per-node=1",
+        f"--nodes={nodes}",
+        "--ntasks-per-node=1",  # one launcher a node; torchrun starts its GPUs' processes
         f"--gres=gpu:{gpus}",
         f"--cpus-per-task={4 * gpus}",
         f"--mem={32 * gpus}G",
@@ -133,8 +163,10 @@ def sbatch_script(
         "--requeue",
         "--signal=B:USR1@120",  # USR1 to this script 120 s before the time limit
     ]
-    return SBATCH_TEMPLATE.replace("{{SBATCH}}", "\n".join(f"#SBATCH {o}" for o in options)).replace(
-        "{{OUTPUT_DIR}}", shlex.quote(f"runs/{run_name}")
+    return (
+        SBATCH_TEMPLATE.replace("{{SBATCH}}", "\n".join(f"#SBATCH {o}" for o in options))
+        .replace("{{OUTPUT_DIR}}", shlex.quote(f"runs/{run_name}"))
+        .replace("{{GPUS}}", str(gpus))
     )
 
 
@@ -166,35 +198,39 @@ def export(
     out: str | Path,
     *,
     gpus: int = 1,
+    nodes: int = 1,
     card: str | None = None,
     mixed_precision: str | None = None,
     time: str = "04:00:00",
     partition: str | None = None,
     force: bool = False,
 ) -> list[Path]:
-    """Write train.py, accelerate_config.yaml, job.sbatch and logs/ into `out`; return the files written.
+    """Write train.py, launch.sh, accelerate_config.yaml, job.sbatch and logs/ into `out`; return the files written.
 
     Args:
         number: the notebook, "08" (the capstone) or "08_capstone".
         out: a folder (created if needed).
-        gpus: GPUs per job, 1..64.
+        gpus: GPUs per node, 1..64: one process each.
+        nodes: machines, 1..64; each runs launch.sh (torchrun) with `gpus` processes.
         card: a catalog card ("T4", "A100-80GB"): bf16 from compute capability 8.0, fp16 below.
         mixed_precision: "no", "fp16" or "bf16"; overrides the card.
         time: Slurm's time limit, [D-]HH:MM:SS.
         partition: the Slurm partition (or several, comma-separated); None: the cluster's default.
         force: replace files edited since the last export (without it, an ExportError names them).
     """
-    stem, out = _check(number, out, gpus)
+    stem, out = _check(number, out)
+    _check_counts(nodes, gpus)
     source = SOURCES_DIR / f"{stem}.py"
     if not source.is_file():
         raise ExportError(f"{source} is missing: export runs from a clone of the kit (git clone, then run it there)")
     parameters = {k: v for k, v in notebook_parameters(source).items() if k not in SKIPPED}
+    precision = mixed_precision or _card_precision(card)
+    run_name = parameters.get("run_name", ("capstone",))[0]
     files = {  # every value checked before anything is written
         "train.py": TRAIN_TEMPLATE.replace("{{PARAMETERS}}", _parameters_literal(parameters)),
-        "accelerate_config.yaml": accelerate_config(gpus, mixed_precision or _card_precision(card)),
-        "job.sbatch": sbatch_script(
-            gpus, time=time, partition=partition, run_name=parameters.get("run_name", ("capstone",))[0]
-        ),
+        "launch.sh": launch_script(gpus, precision),
+        "accelerate_config.yaml": accelerate_config(gpus, precision),
+        "job.sbatch": sbatch_script(gpus, nodes=nodes, time=time, partition=partition, run_name=run_name),
     }
     edited = _edited(out, files)
     if edited and not force:
@@ -206,7 +242,8 @@ def export(
     (out / "logs").mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
         (out / name).write_text(text, encoding="utf-8")
-    (out / "job.sbatch").chmod(0o755)
+    for name in ("job.sbatch", "launch.sh"):
+        (out / name).chmod(0o755)
     (out / RECORD).write_text("".join(f"{sha256_file(out / name)}  {name}\n" for name in files), encoding="utf-8")
     return [out / name for name in files]
 
@@ -227,7 +264,7 @@ def _edited(out: Path, files: dict[str, str]) -> list[Path]:
     ]
 
 
-def _check(number: str, out, gpus: int) -> tuple[str, Path]:
+def _check(number: str, out) -> tuple[str, Path]:
     stem = EXPORTABLE.get(str(number)) or (str(number) if str(number) in EXPORTABLE.values() else None)
     if stem is None:
         known = ", ".join(f"{k} ({v})" for k, v in EXPORTABLE.items())
@@ -235,9 +272,20 @@ def _check(number: str, out, gpus: int) -> tuple[str, Path]:
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ExportError(f"--out {out} is a file: pass a folder, e.g. --out {out.with_suffix('')}-job")
-    if not (isinstance(gpus, int) and 1 <= gpus <= MAX_GPUS):
-        raise ExportError(f"gpus={gpus!r}: pass a whole number from 1 to {MAX_GPUS}, e.g. --gpus 2")
     return stem, out
+
+
+def _check_counts(nodes: int, gpus: int) -> None:
+    """Whole numbers in range (pasted into shell: not True, 2.0 nor "2"), or an ExportError saying what works."""
+    if not (type(nodes) is int and 1 <= nodes <= MAX_NODES):
+        raise ExportError(f"nodes={nodes!r}: pass a whole number of machines from 1 to {MAX_NODES}, e.g. --nodes 2")
+    if gpus == 0 and nodes > 1:
+        raise ExportError(
+            f"nodes={nodes} with gpus=0: a node count with no GPUs per node; --gpus is per node: pass e.g. "
+            f"--nodes {nodes} --gpus 4"
+        )
+    if not (type(gpus) is int and 1 <= gpus <= MAX_GPUS):
+        raise ExportError(f"gpus={gpus!r}: pass a whole number of GPUs per node from 1 to {MAX_GPUS}, e.g. --gpus 2")
 
 
 def _card_precision(card: str | None) -> str:
@@ -268,33 +316,3 @@ def _literal(value) -> str:
     if isinstance(value, str) and value.count('"') <= value.count("'"):
         return json.dumps(value, ensure_ascii=False)
     return repr(value)
-
-
-SBATCH_TEMPLATE = """\
-#!/bin/bash
-# Notebook 08's capstone as a Slurm job, written by `python -m helpers export 08`.
-# Submit from this folder, in an environment with the kit installed: sbatch job.sbatch
-# Arguments after the file go to train.py: sbatch job.sbatch --max-steps 200 --model-id Qwen/Qwen2.5-0.5B
-# Preempted or near the time limit, Slurm sends USR1 (--signal), the trap requeues the job
-# (--requeue), and the requeued job resumes from the newest valid checkpoint in OUTPUT_DIR.
-{{SBATCH}}
-
-set -euo pipefail
-cd "${SLURM_SUBMIT_DIR:-.}"
-# the same folder on every restart: that is what resumes (OUTPUT_DIR=DIR sbatch job.sbatch picks another)
-DEFAULT_OUTPUT_DIR={{OUTPUT_DIR}}
-OUTPUT_DIR="${OUTPUT_DIR:-${DEFAULT_OUTPUT_DIR}}"
-
-requeue() {
-    echo "$(date -Is) USR1: requeueing job ${SLURM_JOB_ID}; it resumes from the newest valid checkpoint"
-    scontrol requeue "${SLURM_JOB_ID}"
-}
-trap requeue USR1
-
-echo "$(date -Is) job ${SLURM_JOB_ID:-none}, restart ${SLURM_RESTART_COUNT:-0}, on $(hostname), into ${OUTPUT_DIR}"
-accelerate launch --config_file accelerate_config.yaml train.py --output-dir "${OUTPUT_DIR}" "$@" &
-pid=$!
-status=0
-wait "${pid}" || status=$?  # USR1 interrupts wait: the trap runs, then the requeue ends this job
-exit "${status}"
-"""

@@ -14,8 +14,9 @@ Written by `python -m helpers export 08`; its defaults are the notebook's parame
 then (export again to follow a change). The kit must be installed (pip install the repository).
 
     python train.py --smoke --max-steps 4                            # the embedded tiny model, on a CPU
+    bash launch.sh                                                   # torchrun: this machine, or several
     accelerate launch --config_file accelerate_config.yaml train.py  # 1..N GPUs on this machine
-    sbatch job.sbatch                                                # Slurm: requeued on preemption
+    sbatch job.sbatch                                                # Slurm: N nodes, requeued on preemption
 
 Every flag's value is checked as it is read, and the run folder (writable, nothing of yours in it the
 checkpoint rotation would delete) and the data (--seq-len leaves answers to learn and to evaluate) before
@@ -23,6 +24,9 @@ the model loads. Started again with the same --output-dir and the same settings 
 goes on from the newest whole checkpoint of this model (helpers.resume.latest_valid_checkpoint); a
 finished run trains nothing more, and one that stopped before writing final/ and result.json writes them
 from its last checkpoint. It prints "done" and exits 0 only with both written.
+Under several processes each says its rank and rendezvous first, then all check that every node's
+launcher was told the same numbers; every collective fails after --collective-timeout seconds rather
+than hang, and torchrun's summary names the rank that failed, and why.
 Started with a setting that decides the result changed (--learning-rate, --max-steps, ...:
 helpers.runs.RESULT_SETTINGS), it says which and trains a new run beside it, in OUTPUT_DIR-2 (-3, ...),
 never on from the old run's checkpoints (helpers.runs.choose_run_folder).
@@ -63,12 +67,32 @@ def parse_args(argv=None):
     )
     parser.add_argument("--track", action="store_true", help="track with W&B (offline without a key), notebook 06")
     parser.add_argument(
+        "--collective-timeout",
+        type=seconds,
+        default=1800,
+        metavar="SECONDS",
+        help="with several processes, how long each waits for the others (their first meeting, every step, every "
+        "save) before it stops with an error instead of hanging (default 1800, the Trainer's: time for one node to "
+        "download the model while the others wait)",
+    )
+    parser.add_argument(
         "--set-aside-rejected",
         action="store_true",
         help="when no checkpoint in --output-dir can be resumed, move them to OUTPUT_DIR/rejected-<time>/ (nothing "
         "is deleted) and train afresh; a usable checkpoint is still resumed, so a requeued job goes on from its own",
     )
     return parser.parse_args(argv)
+
+
+def seconds(text):
+    """--collective-timeout's type: whole seconds from 1 to a day."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not whole seconds: pass e.g. --collective-timeout 600") from None
+    if not 1 <= value <= 86400:
+        raise argparse.ArgumentTypeError(f"{value} is out of range: pass 1 to 86400 s, e.g. --collective-timeout 600")
+    return value
 
 
 def course_data(tokenizer, opts, tiny):
@@ -166,6 +190,75 @@ def finish(trainer, output_dir, resume_from, checkpoint=None):
 
 def main(argv=None):
     opts = parse_args(argv)  # every value checked here, before anything is imported or loaded
+    env = os.environ
+    if int(env.get("WORLD_SIZE", "1")) > 1:  # torchrun's values: which process this is, where they all meet
+        where = f"node {env.get('GROUP_RANK')}, local rank {env.get('LOCAL_RANK')}"
+        meet = f"{env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')}"
+        print(f"rank {env['RANK']} of {env['WORLD_SIZE']} ({where}): rendezvous at {meet}", flush=True)
+    if "TORCHELASTIC_ERROR_FILE" in env:  # under torchrun (launch.sh, accelerate launch): torch loads next anyway
+        return recorded(fine_tune)(opts)
+    return fine_tune(opts)
+
+
+def recorded(function):
+    """`function` under torchrun's @record: its summary names the rank that failed and why, a SystemExit's
+    message included, which @record itself passes by unrecorded (the summary would say "error_file: <N/A>")."""
+    from torch.distributed.elastic.multiprocessing.errors import get_error_handler, record
+
+    def run(*args):
+        try:
+            return function(*args)
+        except SystemExit as e:
+            if isinstance(e.code, str):
+                get_error_handler().record_exception(e)
+            raise
+
+    return record(run)
+
+
+def join_process_group(timeout_s):
+    """Every process joins the group, its collectives bounded by `timeout_s`; SystemExit if the launchers disagree.
+
+    torchrun takes node 0's word for the world: a node launched with another --nnodes or --nproc-per-node
+    still starts, then trains a world nobody asked for, or waits out torchrun's exit barrier (300 s) at the
+    end. Each process knows what its own launcher was told (GROUP_WORLD_SIZE x LOCAL_WORLD_SIZE); one
+    all_gather shows every process what all were told, so all stop together, saying so.
+    """
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    # made here, not left to the Trainer: on CPU, transformers leaves ddp_timeout out of the group it makes
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", timeout=timedelta(seconds=timeout_s))
+    told = [None] * dist.get_world_size()  # (node, nodes, processes a node): torchrun's; None from another launcher
+    dist.all_gather_object(told, [os.environ.get(k) for k in ("GROUP_RANK", "GROUP_WORLD_SIZE", "LOCAL_WORLD_SIZE")])
+    if any(nodes and per_node and int(nodes) * int(per_node) != len(told) for _, nodes, per_node in told):
+        said = ", ".join(sorted({f"node {node}'s {nodes} nodes x {per_node}" for node, nodes, per_node in told}))
+        dist.destroy_process_group()  # all are here: leaving it does not wait on anyone
+        raise SystemExit(
+            f"error: the launchers disagree ({said} processes), and {len(told)} processes met. Start every node "
+            "with the same NNODES and NPROC_PER_NODE (launch.sh; the same --nnodes and --nproc-per-node for "
+            "torchrun) and its own NODE_RANK, 0 to NNODES-1"
+        )
+
+
+def saved_line():
+    """A callback: rank 0 says each checkpoint it saved (manifest written), where a requeued job goes on from."""
+    from transformers import TrainerCallback
+
+    class SavedLine(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                rank = os.environ.get("RANK", "0")
+                print(f"rank {rank}: saved checkpoint-{state.global_step} in {args.output_dir}", flush=True)
+
+    return SavedLine()
+
+
+def fine_tune(opts):
     from helpers.run_folder import RunFolderError, check_run_folder
 
     base = Path(opts.output_dir or Path("runs") / opts.run_name).resolve()
@@ -173,6 +266,8 @@ def main(argv=None):
         check_run_folder(base)  # writable, and nothing of yours in it that the checkpoint rotation would delete
     except RunFolderError as e:
         raise SystemExit(f"error: {e}") from None
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        join_process_group(opts.collective_timeout)  # before the rest loads: a launch that is wrong stops now
     import datasets
     import torch
     from transformers import DataCollatorForSeq2Seq, Trainer
@@ -232,7 +327,7 @@ def main(argv=None):
         run_id = previous["run_id"] if previous else None
         tracking = init_tracking("kit-08-capstone", config, name=opts.run_name, dir=output_dir, run_id=run_id)
         report_to = tracking.report_to
-    precision = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")  # from accelerate_config.yaml
+    precision = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")  # from accelerate_config.yaml, or launch.sh
     args = training_args(
         str(output_dir),
         per_device_train_batch_size=opts.per_device_batch,
@@ -250,6 +345,7 @@ def main(argv=None):
         disable_tqdm=True,
         dataloader_pin_memory=torch.cuda.is_available(),
         ddp_find_unused_parameters=False,  # every LoRA adapter takes part in every step
+        ddp_timeout=opts.collective_timeout,
         **({"bf16": precision == "bf16", "fp16": precision == "fp16"} if precision in ("bf16", "fp16") else {}),
     )
     trainer = Trainer(
@@ -258,7 +354,7 @@ def main(argv=None):
         train_dataset=train,
         eval_dataset=held_out,
         data_collator=DataCollatorForSeq2Seq(tokenizer),  # pads the labels with -100: padding is not learned
-        callbacks=[ManifestCallback(model_id=model_name, dataset=train, seq_len=opts.seq_len)],
+        callbacks=[ManifestCallback(model_id=model_name, dataset=train, seq_len=opts.seq_len), saved_line()],
     )
     if done:
         finish(trainer, output_dir, resume_from, checkpoint=resume_from)

@@ -3,7 +3,7 @@
 #
 # **Hardware:** any runtime. Best on a free Colab T4 or Kaggle's T4 x2; on a CPU it uses the small
 # model that ships with the course.
-# **Time:** about 1 minute on a T4 including the install (an estimate: not yet timed on one); 12-18 s on a CPU (measured on 2 machines: 12 s on a 2-core AMD EPYC with AVX512-BF16, 2026-12-03; 18 s on a 2-core AMD EPYC with no bf16 units, 2026-12-03).
+# **Time:** about 1 minute on a T4 including the install (an estimate: not yet timed on one); 9-18 s on a CPU (measured on 2 machines: 9 s on a 2-core AMD EPYC with AVX512-BF16, 2026-12-06; 18 s on a 2-core AMD EPYC with no bf16 units, 2026-12-03).
 #
 # Research starts with whatever card a free notebook hands you; the skill is shaping the experiment
 # to that card. Below: where to get GPU time, what this card can do, and the largest model each

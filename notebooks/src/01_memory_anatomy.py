@@ -2,7 +2,7 @@
 # # 01 · Memory anatomy: where every byte of a training step goes
 #
 # **Hardware:** any runtime; a T4 shows the GPU's own peak beside the exact count.
-# **Time:** about 2 minutes on a T4 including the install (an estimate: not yet timed on one); 15-21 s on a CPU (measured on 2 machines: 15 s on a 2-core AMD EPYC with AVX512-BF16, 2026-12-03; 21 s on a 2-core AMD EPYC with no bf16 units, 2026-12-03).
+# **Time:** about 2 minutes on a T4 including the install (an estimate: not yet timed on one); 10-21 s on a CPU (measured on 2 machines: 10 s on a 2-core AMD EPYC with AVX512-BF16, 2026-12-06; 21 s on a 2-core AMD EPYC with no bf16 units, 2026-12-03).
 #
 # "CUDA out of memory" says a job did not fit, not why. This notebook measures each line of one
 # training step's bill (weights, gradients, optimizer states, activations), predicts it from the

@@ -3,7 +3,7 @@
 #
 # **Hardware:** any runtime. On a T4 it measures fp32, fp16 and bf16; on a CPU, fp32 against bf16 on
 # the small model that ships with the course.
-# **Time:** about 2 minutes on a T4 including the install (an estimate: not yet timed on one); 14-20 s on a CPU (measured on 2 machines: 14 s on a 2-core AMD EPYC with AVX512-BF16, 2026-12-03; 20 s on a 2-core AMD EPYC with no bf16 units, 2026-12-03).
+# **Time:** about 2 minutes on a T4 including the install (an estimate: not yet timed on one); 10-20 s on a CPU (measured on 2 machines: 10 s on a 2-core AMD EPYC with AVX512-BF16, 2026-12-06; 20 s on a 2-core AMD EPYC with no bf16 units, 2026-12-03).
 #
 # Claim: 16 bits halve the memory of what they cover, and run faster on a GPU. Below: how fp16 breaks,
 # memory and time per precision, and a fine-tune with the Trainer recipe written out.

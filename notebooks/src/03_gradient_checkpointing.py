@@ -4,7 +4,7 @@
 # **Hardware:** any runtime. On a T4 it sweeps SmolLM2-135M up to 2,048 tokens; on a CPU it uses
 # the small model that ships with the course (up to its 512 positions) and a pretend card for the
 # out-of-memory part.
-# **Time:** about 3 minutes on a T4 including the install (an estimate: not yet timed on one); 14-16 s on a CPU (measured on 2 machines: 14 s on a 2-core AMD EPYC with AVX512-BF16, 2026-12-03; 16 s on a 2-core AMD EPYC with no bf16 units, 2026-12-03).
+# **Time:** about 3 minutes on a T4 including the install (an estimate: not yet timed on one); 10-16 s on a CPU (measured on 2 machines: 10 s on a 2-core AMD EPYC with AVX512-BF16, 2026-12-06; 16 s on a 2-core AMD EPYC with no bf16 units, 2026-12-03).
 #
 # In the forward pass, autograd keeps what each layer needs for the backward pass: the
 # *activations*. They grow with batch size and sequence length. Gradient checkpointing

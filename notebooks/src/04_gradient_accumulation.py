@@ -3,7 +3,7 @@
 #
 # **Hardware:** any runtime. A T4 runs it on SmolLM2-135M; a CPU on the small model that ships
 # with the course.
-# **Time:** about 2 minutes on a T4 including the install (an estimate: not yet timed on one); 14-19 s on a CPU (measured on 2 machines: 14 s on a 2-core AMD EPYC with AVX512-BF16, 2026-12-03; 19 s on a 2-core AMD EPYC with no bf16 units, 2026-12-03).
+# **Time:** about 2 minutes on a T4 including the install (an estimate: not yet timed on one); 11-19 s on a CPU (measured on 2 machines: 11 s on a 2-core AMD EPYC with AVX512-BF16, 2026-12-06; 19 s on a 2-core AMD EPYC with no bf16 units, 2026-12-03).
 #
 # When the batch you want does not fit, run it in *micro-batches*: forward and backward on each,
 # let the gradients add up, step the optimizer once. This notebook proves it gives the large

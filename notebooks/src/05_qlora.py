@@ -3,7 +3,7 @@
 #
 # **Hardware:** any runtime. On a T4 it measures and trains Qwen2.5-0.5B in 4 bits; on a CPU it
 # uses the small model that ships with the course, in 4 bits too.
-# **Time:** about 3 minutes on a T4 including the install (an estimate: not yet timed on one); 15-20 s on a CPU (measured on 2 machines: 15 s on a 2-core AMD EPYC with AVX512-BF16, 2026-12-03; 20 s on a 2-core AMD EPYC with no bf16 units, 2026-12-03).
+# **Time:** about 3 minutes on a T4 including the install (an estimate: not yet timed on one); 11-20 s on a CPU (measured on 2 machines: 11 s on a 2-core AMD EPYC with AVX512-BF16, 2026-12-06; 20 s on a 2-core AMD EPYC with no bf16 units, 2026-12-03).
 #
 # NVIDIA sells the T4 as a 16 GB card; PyTorch sees 14.75 GiB of it, and a 7B model's weights in
 # 16 bits nearly fill that alone. QLoRA makes the fine-tune fit with three ideas, each measured

@@ -4,7 +4,7 @@
 # **Hardware:** any runtime. On a T4 it fine-tunes SmolLM2-135M; on a CPU it uses the kit's tiny built-in
 # model. Runs go to Weights & Biases when a key is set (a Colab or Kaggle secret named `WANDB_API_KEY`),
 # and are saved offline, to upload later, when not.
-# **Time:** about 3 minutes on a T4 including the install (an estimate: not yet timed on one); 33-47 s on a CPU (measured on 2 machines: 33 s on a 2-core AMD EPYC with AVX512-BF16, 2026-12-03; 47 s on a 2-core AMD EPYC with no bf16 units, 2026-12-03).
+# **Time:** about 3 minutes on a T4 including the install (an estimate: not yet timed on one); 27-47 s on a CPU (measured on 2 machines: 27 s on a 2-core AMD EPYC with AVX512-BF16, 2026-12-06; 47 s on a 2-core AMD EPYC with no bf16 units, 2026-12-03).
 #
 # A fine-tuning result is one draw from a random process. This notebook tracks runs with wandb, repeats a
 # run exactly with a seed, measures which learning rate suits LoRA and which a full fine-tune, measures the

@@ -3,7 +3,7 @@
 #
 # **Hardware:** a free Colab T4 (14.75 GiB as PyTorch reports it), one of Kaggle's T4s, or a rented A100. Without a GPU
 # or the Hub it runs the same cells on the kit's tiny built-in model.
-# **Time:** about 30 minutes on a T4 for the 7B model, download included (an estimate: not yet timed on one); 29-40 s on a CPU (measured on 2 machines: 29 s on a 2-core AMD EPYC with AVX512-BF16, 2026-12-03; 40 s on a 2-core AMD EPYC with no bf16 units, 2026-12-03).
+# **Time:** about 30 minutes on a T4 for the 7B model, download included (an estimate: not yet timed on one); 18-40 s on a CPU (measured on 2 machines: 18 s on a 2-core AMD EPYC with AVX512-BF16, 2026-12-06; 40 s on a 2-core AMD EPYC with no bf16 units, 2026-12-03).
 #
 # The whole course in one run: the lesson's `TrainingArguments` on QLoRA, checkpoints that outlive the
 # runtime, a resume after a disconnect, an answer before and after, and the report a reviewer asks for.
