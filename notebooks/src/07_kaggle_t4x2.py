@@ -675,10 +675,11 @@ plt.show()
 #
 # ### The same training?
 #
-# Both ways apply the same averaged gradient to the same weights, so the losses must agree. Not to the
-# last bit: data parallel sums whole gradients across the processes, sharding sums each shard on its
-# own, and floating-point additions in another order round differently. The tolerance below, 1e-4 of the
-# loss, is a thousand times fp32's rounding and far below any real difference between recipes.
+# Both ways apply the same averaged gradient to the same weights, so the losses must agree, though not
+# always to the last bit: data parallel sums whole gradients across the processes, sharding sums each
+# shard on its own, and with more than two processes (or NCCL's ring on GPUs) the additions come in
+# another order and round differently. The tolerance below, 1e-4 of the loss, is a thousand times fp32's
+# rounding and far below any real difference between recipes.
 
 # %%
 loss_gaps = {}
