@@ -62,11 +62,17 @@ class Cards:
             return f"{job}: one card holds it ({self.alone.total / GIB:.2f} GiB of {usable:.2f} GiB)"
         if self.count is not None:
             batch = s["per_device_batch"] * s["grad_accum_steps"]  # the job's effective batch on one card
+            per_step = s["per_device_batch"] * self.count  # every card's micro-batch: the effective batch's unit
             try:
-                accum = accumulation_for(batch, s["per_device_batch"], self.count)
-                keep = f"grad_accum_steps {accum} keeps its effective batch of {batch}"
-            except JobSettingError as e:
-                keep = str(e)
+                keep = f"grad_accum_steps {accumulation_for(batch, s['per_device_batch'], self.count)} keeps its "
+                keep += f"effective batch of {batch}"
+            except JobSettingError:  # the job's effective batch is not a multiple of the cards' micro-batches
+                accum = max(1, round(batch / per_step))
+                keep = (
+                    f"its effective batch of {batch} is not a multiple of the {per_step} sequences a micro-batch on "
+                    f"every card takes: grad_accum_steps {accum} gives {accum * per_step} "
+                    "(tune the learning rate to it)"
+                )
             return (
                 f"{job}: {self.count} cards ({card}), fully sharded: {self.estimate.total / GIB:.2f} GiB of "
                 f"{usable:.2f} GiB on each (one card alone would need {self.alone.total / GIB:.2f} GiB); {keep}"
@@ -217,12 +223,17 @@ def accumulation_for(effective_batch: int, per_device_batch: int, world_size: in
     ]
     below = max((n for n in counts if n < world_size), default=None)  # the nearest GPU counts that share it evenly
     above = min((n for n in counts if n > world_size), default=None)
-    near = [n for n in (below, above) if n]
+    near = " or ".join(f"{n} GPU{'s' if n > 1 else ''}" for n in (below, above) if n)
     batches = [b for b in (effective_batch // per_step * per_step, (effective_batch // per_step + 1) * per_step) if b]
-    gpus = f"{' or '.join(map(str, near))} GPUs, or " if near else ""
+    why = (
+        f"is less than one micro-batch of every GPU ({per_step} sequences: per_device_batch {per_device_batch} x "
+        f"{world_size} GPUs)"
+        if effective_batch < per_step
+        else f"does not split over {world_size} GPUs taking per_device_batch {per_device_batch} each ({per_step} "
+        "sequences a micro-batch)"
+    )
     raise JobSettingError(
-        f"an effective batch of {effective_batch} does not split over {world_size} GPUs taking per_device_batch "
-        f"{per_device_batch} each ({per_step} sequences a micro-batch): use {gpus}an effective batch of "
+        f"an effective batch of {effective_batch} {why}: use {near + ', or ' if near else ''}an effective batch of "
         f"{' or '.join(map(str, batches))} (grad_accum_steps {' or '.join(str(b // per_step) for b in batches)})"
     )
 

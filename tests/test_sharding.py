@@ -160,9 +160,11 @@ def test_the_planner_says_how_many_cards_and_shows_the_share_it_is_set_to():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ((16, 1, 11), "effective batch of 16 does not split over 11 GPUs .* use 8 or 16 GPUs, or an effective batch "
-         "of 11 or 22 \\(grad_accum_steps 1 or 2\\)"),
-        ((6, 4, 2), "use an effective batch of 8 \\(grad_accum_steps 1\\)"),
+        ((16, 1, 11), "effective batch of 16 does not split over 11 GPUs .* use 8 GPUs or 16 GPUs, or an "
+         "effective batch of 11 or 22 \\(grad_accum_steps 1 or 2\\)"),
+        ((6, 4, 2), "is less than one micro-batch of every GPU .* use an effective batch of 8 "
+         "\\(grad_accum_steps 1\\)"),
+        ((1, 1, 2), "use 1 GPU, or an effective batch of 2"),
         ((16, 0, 2), "per_device_batch=0: pass a whole number"),
         ((16, 1, 0), "world_size=0: pass the number of GPUs"),
     ],
@@ -177,6 +179,12 @@ def test_fewest_cards_says_the_accumulation_that_keeps_the_effective_batch():
                         grad_accum_steps=16)  # fmt: skip
     assert lora.count == 2 and str(lora).endswith("grad_accum_steps 8 keeps its effective batch of 16")
     assert accumulation_for(16, 1, 2) * 1 * 2 == 16
+    full = fewest_cards("Llama-2-7B", "T4", method="full", per_device_batch=1, seq_len=1024, checkpointing=True,
+                        grad_accum_steps=16)  # fmt: skip
+    assert full.count == 11 and str(full).endswith(
+        "its effective batch of 16 is not a multiple of the 11 sequences a micro-batch on every card takes: "
+        "grad_accum_steps 1 gives 11 (tune the learning rate to it)"
+    )
 
 
 @pytest.mark.slow
