@@ -177,6 +177,7 @@ print(f"bitsandbytes imported: {'bitsandbytes' in sys.modules}; CUDA initialised
 def train_ddp(config):
     """Train one data-parallel copy of the model; gather checksums, losses, step times and memory from every process."""
     import contextlib
+    import datetime
     import io
     import json
     import time
@@ -184,7 +185,7 @@ def train_ddp(config):
 
     import torch
     from accelerate import Accelerator
-    from accelerate.utils import gather_object, set_seed
+    from accelerate.utils import InitProcessGroupKwargs, gather_object, set_seed
 
     from helpers.data import pack_course_data
     from helpers.env import choose_precision, detect_gpus
@@ -195,10 +196,15 @@ def train_ddp(config):
     on_gpu = torch.cuda.is_available()  # in a child process CUDA is allowed
     card_precision = choose_precision(detect_gpus()).name  # what the card trains in (fp16 on a T4)
     precision = {"bf16": "bf16", "fp16": "fp16"}.get(card_precision, "no") if on_gpu else "no"  # CPU: fp32
+    # every collective gives up after 2 minutes (a process that died leaves the others an error, not a hang)
+    timeout = InitProcessGroupKwargs(timeout=datetime.timedelta(minutes=2))
     with warnings.catch_warnings():  # on CPU, accelerate gives each process cores / processes threads, and says so
         warnings.filterwarnings("ignore", message="OMP_NUM_THREADS")
         accelerator = Accelerator(
-            cpu=not on_gpu, mixed_precision=precision, gradient_accumulation_steps=config["grad_accum_steps"]
+            cpu=not on_gpu,
+            mixed_precision=precision,
+            gradient_accumulation_steps=config["grad_accum_steps"],
+            kwargs_handlers=[timeout],
         )
     rank = accelerator.process_index
     set_seed(config["seed"])
