@@ -339,10 +339,15 @@ if child.exitcode != 0:
     raise RuntimeError(f"the one-device run stopped (exit code {child.exitcode}); its error is printed above")
 one = json.loads(Path(one_config["result_file"]).read_text())
 
-with socket.socket() as s:  # a free port: 29500, the default, may still be held by an earlier run
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-notebook_launcher(train_ddp, args=(config,), num_processes=num_processes, use_port=str(port))
+
+def free_port():
+    """A free port for the processes to meet on: 29500, the default, may still be held by an earlier run."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+notebook_launcher(train_ddp, args=(config,), num_processes=num_processes, use_port=str(free_port()))
 report = json.loads(Path(config["result_file"]).read_text())
 tiny_note = " (the tiny model's, not a real model's: see the parameters cell)" if report["tiny"] else ""
 print(
@@ -592,9 +597,7 @@ import io
 
 def launch(method, sharding, steps):
     """One run of train_sharded on every card (or CPU process); its report."""
-    with socket.socket() as s:  # a free port for this launch
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     run_config = dict(config, method=method, sharding=sharding, steps=steps, port=port)
     run_config["result_file"] = str((work / f"{method}-{sharding}.json").resolve())
     Path(run_config["result_file"]).unlink(missing_ok=True)  # an earlier run's result must not pass as this one's
