@@ -183,6 +183,16 @@ def _plan_arguments(pln: argparse.ArgumentParser) -> None:
         "--gpu", type=_card, default="T4", help="a catalog card (T4, L4, A100-40GB, ...) or GiB, e.g. 15.0"
     )
     add_job_arguments(pln)  # a flag per helpers.job.TrainingJob field: --per-device-batch, --seq-len, --method, ...
+    run = pln.add_argument_group("a whole run over real data (helpers.estimate.estimate_run_memory)")
+    run.add_argument("--lengths", metavar="FILE", help="each example's token count: one a line, or a JSON list")
+    run.add_argument("--batching", choices=("dynamic", "padded", "packed"), default="dynamic")
+    run.add_argument("--steps", type=int, default=None, help="micro-batches to replay (default: one epoch)")
+    run.add_argument(
+        "--expandable-segments",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (default: as this shell's variable says)",
+    )
 
 
 # argument types: argparse turns their ArgumentTypeError into "error: argument --x: <message>" and
@@ -339,6 +349,30 @@ def _plan(args) -> int:
     print(f"  {asked.verdict_line(gpu)}")
     print(f"cards: {cards}\n")
     print(format_plan(steps, gpu))
+    return _whole_run(args, job) if args.lengths else 0
+
+
+def _whole_run(args, job) -> int:
+    """The run over the examples' lengths in --lengths: its reserve, the batch that sets it, what the screen shows."""
+    from helpers.estimate import estimate_run_memory
+    from helpers.estimate._run import read_lengths
+
+    try:
+        run = estimate_run_memory(
+            args.model,
+            job,
+            lengths=read_lengths(args.lengths),
+            batching=args.batching,
+            steps=args.steps,
+            expandable_segments=args.expandable_segments,
+            gpu=args.gpu,
+        )
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"\nwhole run ({args.batching} batches, expandable segments {'on' if run.expandable_segments else 'off'}):")
+    print(f"  {run.line()}")
+    print(run.longest.screen_table(run.peak_reserved))
     return 0
 
 

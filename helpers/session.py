@@ -9,10 +9,16 @@ would hide it, is the install cell's job: it runs before anything can import `he
 
 from __future__ import annotations
 
+import os
+import sys
+
 from helpers.env import Machine, describe, use_one_gpu
+from helpers.estimate._run import ALLOC_CONF, expandable_in_environment
 from helpers.seeds import seed_everything
 
-__all__ = ["start"]
+__all__ = ["start", "use_expandable_segments"]
+
+EXPANDABLE = "expandable_segments:True"
 
 
 def start(seed: int | None = 0, *, one_gpu: bool = True) -> Machine:
@@ -24,7 +30,10 @@ def start(seed: int | None = 0, *, one_gpu: bool = True) -> Machine:
        DataParallel and doubles the effective batch without a word;
     2. describe the machine; with `one_gpu=False` the cards are read through NVML, so CUDA stays
        unstarted for the processes notebook 07 launches;
-    3. seed Python, NumPy and torch with `seed` (None leaves them unseeded), so a rerun of the
+    3. on one GPU, ask torch's caching allocator for expandable segments (`use_expandable_segments`)
+       before CUDA starts: over batches of varying length the default allocator strands the shorter
+       steps' blocks and reserves gigabytes more than the run ever holds (notebook 03 shows it);
+    4. seed Python, NumPy and torch with `seed` (None leaves them unseeded), so a rerun of the
        notebook draws the same data order, dropout masks and LoRA starts. Notebook 07 passes
        None: its launched processes seed themselves, and seeding here would import bitsandbytes
        (transformers' `set_seed` module does), which accelerate's `notebook_launcher` refuses.
@@ -42,9 +51,31 @@ def start(seed: int | None = 0, *, one_gpu: bool = True) -> Machine:
         )
     if one_gpu:
         use_one_gpu()
+        use_expandable_segments()
     machine = describe(use_nvml=not one_gpu)
     print(machine.summary())
     if seed is not None:
         seed_everything(seed)
         print(f"seed       : {seed} (Python, NumPy and torch)")
     return machine
+
+
+def use_expandable_segments(environ=None) -> bool:
+    """Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True unless the allocator is already configured.
+
+    Taught in notebook 03. Segments then grow in place, so a longer batch extends the memory a
+    shorter one freed instead of reserving a new block beside it
+    (`helpers.estimate.estimate_run_memory(..., expandable_segments=True)` models the difference).
+    It only takes effect before CUDA's first allocation, and only on Linux (the only platform whose
+    PyTorch builds support it). Kept off in notebook 07: processes that share memory with NCCL are
+    where expandable segments have had bugs. A setting the student made (either variable) is left
+    as it is. Returns whether the setting is on."""
+    environ = os.environ if environ is None else environ
+    if any(environ.get(name) for name in ALLOC_CONF):
+        return expandable_in_environment(environ)
+    if not sys.platform.startswith("linux"):
+        return False
+    if "torch" in sys.modules and sys.modules["torch"].cuda.is_initialized():
+        return False  # too late for this process: its allocator has read its settings
+    environ["PYTORCH_CUDA_ALLOC_CONF"] = EXPANDABLE
+    return True

@@ -20,7 +20,7 @@ from helpers.estimate import Harness, shape_of
 
 FOLDER = Path(__file__).resolve().parent / "bench"
 REQUIRED = {"name", "measured", "model", "unit", "quantity", "accelerate_dtype"}  # from the row, a preset or defaults
-OPTIONAL = {"with", "shape", "settings", "note", "in_median"}
+OPTIONAL = {"with", "shape", "settings", "note", "in_median", "run", "held_out", "stat"}
 
 
 @dataclass
@@ -36,6 +36,8 @@ class Case:
     note: str = ""
     in_median: bool = True
     estimate: object = field(default=None, repr=False)
+    run: dict = field(default_factory=dict)  # a whole run's data: batching, max_length, lengths (scripts/bench_runs.py)
+    held_out: bool = False  # in the half no constant was fitted on (whole runs: scripts/bench_runs.py)
 
 
 @dataclass
@@ -99,6 +101,8 @@ def case_of(row: dict, source: str, data: dict) -> Case:
         row["accelerate_dtype"],
         row.get("note", ""),
         row.get("in_median", True),
+        run=row.get("run", {}),
+        held_out=row.get("held_out", False),
     )
 
 

@@ -40,3 +40,13 @@ def test_03_plain_training_arguments_equal_the_shortcut_and_the_model_learns(fig
     assert r["args_differ_from_shortcut"] == []
     learned(r, steps=20)
     assert r["live_readout_steps"] == len(r["train_losses"]), "the live readout followed every step"
+
+
+def test_03_a_runs_order_of_lengths_reserves_past_one_step_unless_segments_expand(figures):
+    r = figures["03_gradient_checkpointing"]
+    assert r["run_one_step_verdict"] == "fits"
+    assert r["run_verdicts"]["expandable"] == "fits" and r["run_verdicts"]["default"] in ("borderline", "does not fit")
+    history, reserved = r["run_history_gib"], r["run_reserved_gib"]
+    assert history["default"] > 1 > history["expandable"], "the default allocator strands gigabytes, expandable not"
+    assert reserved["default"] > r["run_one_step_reserved_gib"] > reserved["expandable"]
+    assert r["course_run_reserved_mib"] is None, "no CUDA allocator to read on a CPU: nothing measured, nothing shown"

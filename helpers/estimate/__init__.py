@@ -25,7 +25,11 @@ One module per family of terms, each private to this package:
 | `_activations` | what each layer, and the embeddings, final norm and loss, save for backward |
 | `_head` | the logits, the loss's gradients, and what a loop keeps of the output |
 | `_allocator` | the CUDA context, the caching allocator's reserve, the verdict's margin |
+| `_versions` | the terms the installed transformers, peft and bitsandbytes decide, each with its release |
+| `_screen` | what nvidia-smi shows beyond the reserve: the CUDA context, NCCL's buffers |
 | `_breakdown` | the `Estimate`: which lines are alive at once, and the verdict on a card |
+| `_step` | one step's estimate, assembled from the terms above |
+| `_run`, `_run_estimate` | a whole run: batch lengths, the caching allocator replayed over them, `RunEstimate` |
 
 docs/estimator-accuracy.md holds the estimator against published GPU measurements
 (scripts/bench_estimator.py reruns it).
@@ -33,28 +37,11 @@ docs/estimator-accuracy.md holds the estimator against published GPU measurement
 
 from __future__ import annotations
 
-from dataclasses import replace
+import functools
 
-from helpers.estimate._activations import (
-    Adapters,
-    Forward,
-    backward_transient,
-    layer_activations,
-    outside_layers,
-    quant_kept_inputs,
-    recomputed_scores,
-    weight_casts,
-)
-from helpers.estimate._allocator import (
-    ACTIVATION_SLACK,
-    ALLOCATOR_SLACK,
-    CUDA_CONTEXT_BYTES,
-    SAFETY_MARGIN,
-    allocator_slack,
-)
-from helpers.estimate._breakdown import Estimate, past_context
+from helpers.estimate._allocator import ACTIVATION_SLACK, ALLOCATOR_SLACK, CUDA_CONTEXT_BYTES, SAFETY_MARGIN
+from helpers.estimate._breakdown import Estimate
 from helpers.estimate._fields import ModelConfigError
-from helpers.estimate._head import forward_logits, held_output, logits_moment
 from helpers.estimate._job import (
     ADAMW_FAMILY,
     COMPUTE_BYTES,
@@ -65,10 +52,11 @@ from helpers.estimate._job import (
     Harness,
     Job,
 )
-from helpers.estimate._optimizer import gradients, optimizer_states, optimizer_step
-from helpers.estimate._shapes import LINEAR_TARGETS, Shape, adapter_shapes, adapts_head, shape_of
-from helpers.estimate._sharding import rank_share, sharded_activations
-from helpers.estimate._weights import load_peak, stored_weights
+from helpers.estimate._run import BATCHINGS, expandable_in_environment
+from helpers.estimate._run_estimate import RunEstimate, run_estimate
+from helpers.estimate._shapes import LINEAR_TARGETS, Shape, shape_of
+from helpers.estimate._step import step_estimate
+from helpers.estimate._versions import harness_for, installed_versions
 from helpers.job import LOOPS, PRECISIONS, TrainingJob, job_settings
 
 __all__ = [
@@ -85,11 +73,14 @@ __all__ = [
     "PRECISIONS",
     "SAFETY_MARGIN",
     "WEIGHT_BYTES",
+    "BATCHINGS",
     "Estimate",
     "Harness",
     "ModelConfigError",
+    "RunEstimate",
     "Shape",
     "TrainingJob",
+    "estimate_run_memory",
     "estimate_training_memory",
     "shape_of",
 ]
@@ -149,113 +140,93 @@ def estimate_training_memory(
         True
     """
     settings = job_settings(job, caller="estimate_training_memory", **settings)
-    job = Job.of(settings, shape_of(model), gpu=gpu, device=device, harness=harness)
-    e = _estimate(job)
-    if job.device == "cuda":
-        context = job.harness.cuda_context_bytes
-        e.cuda_context = CUDA_CONTEXT_BYTES if context is None else int(context)
-        f = _forward(job)
-        e.allocator_slack = allocator_slack(e.allocated, e.activations, f.scores if f.math_path else 0)
-    return e
+    return step_estimate(_resolve(model, settings, gpu=gpu, device=device, harness=harness))
 
 
-def _estimate(job: Job) -> Estimate:
-    """The four numbered steps, on the allocator's view (the caller adds the CUDA lines)."""
-    shape, f, trainable = job.shape, _forward(job), job.trainable
-    parts, layer = _saved_for_backward(job, f)  # 3.
-    parts = sharded_activations(job, parts)
-    held = held_output(job, f) if job.loop == "litgpt" else 0
-    # the AdamW family keeps its moments in the parameter's dtype; 8-bit optimizers in 8 bits whatever it is
-    weights = stored_weights(job)
-    # one GPU's share when several train the job together, and the buffers data parallel or sharding adds
-    share = rank_share(job, weights, gradients(job), optimizer_states(job), optimizer_step(job))
-    return Estimate(
-        weights=int(share.weights),  # 1.
-        gradients=int(share.gradients),  # 2. in the trainable parameters' dtype
-        optimizer=int(share.optimizer),
-        activations=int(sum(parts.values())),
-        logits=int(logits_moment(job)),
-        recompute=int(sum(layer.values()) + recomputed_scores(f)) if job.checkpointing else 0,
-        cuda_context=0,
-        allocator_slack=0,
-        trainable=trainable,
-        parameters=shape.parameters,
-        settings=job.settings(),
-        attention=f.kernel,
-        activation_parts={k: int(v) for k, v in parts.items()},
-        backward_transient=int(backward_transient(f, job.dequant_bytes if job.quantized else 0)),
-        optimizer_step=int(share.optimizer_step),  # 4.
-        ddp_buckets=share.ddp_buckets,
-        all_gather=share.all_gather,
-        reduce_scatter=share.reduce_scatter,
-        grads_in_forward=job.grad_accum_steps > 1 or not job.harness.set_to_none,
-        # autocast caches the 16-bit copy of every trainable fp32 weight until the forward's autocast
-        # region ends; without checkpointing the copies are saved anyway (the "weight casts" lines)
-        autocast_cache=(
-            job.compute * shape.parameter_counts()["linear"]
-            if job.autocast and job.checkpointing and job.method == "full" and job.sharding == "none"
-            else 0
-        ),
-        # sharded, each process loads the model into CPU memory (or onto the meta device) and moves only its shard
-        # to the GPU, as accelerate's FSDP loading does; data parallel loads the whole model onto every GPU
-        load_peak=int(load_peak(job, weights)) if job.sharding == "none" else share.weights,
-        previous_output=int(held),
-        forward_end=int(sum(parts.values()) - parts.get("loss log-probs", 0) + forward_logits(job) + held) * (held > 0),
-        output_held=int(held_output(job, f)) if job.loop == "custom" else 0,
-        context_note=past_context(shape, job.seq_len),
+def estimate_run_memory(
+    model,
+    job: TrainingJob | None = None,
+    /,
+    *,
+    lengths,
+    batching: str = "dynamic",
+    shuffle: bool = True,
+    pad_to_multiple_of: int | None = None,
+    steps: int | None = None,
+    seed: int = 0,
+    expandable_segments: bool | None = None,
+    empty_cache_every: int | None = None,
+    gpu: str | None = None,
+    device: str = "cuda",
+    harness: Harness | None = None,
+    **settings,
+) -> RunEstimate:
+    """Estimate a whole run's peak memory over real data, before it starts (notebook 03).
+
+    One step's estimate (`estimate_training_memory`) is one batch shape. Over a run of
+    variable-length batches the caching allocator keeps the blocks of shorter steps cached where a
+    longer step cannot use them, so the reserve grows past what the longest step needs alone: a
+    plan that says "fits" for one step can run out at step 300. This replays the run's requests,
+    batch by batch, through the allocator's policy (`helpers._caching_allocator`), anchored to the
+    one-step estimate (`helpers/estimate/_run.py` says how).
+
+    Args:
+        model, job, gpu, device, harness, **settings: as `estimate_training_memory`; seq_len is the
+            run's max_length (sequences are cut there).
+        lengths: each example's token count, e.g. `[len(ids) for ids in tokenized["input_ids"]]`.
+        batching: "dynamic" (each batch padded to its longest: the kit's collator), "padded" (every
+            batch to seq_len) or "packed" (sequences joined into seq_len blocks).
+        pad_to_multiple_of: the collator's rounding of a dynamic batch's length (8 on tensor cores).
+        shuffle: draw the examples in a seeded random order, as the Trainer's sampler does; False:
+            in the order given (a run sorted by length, or one replayed batch by batch).
+        steps: micro-batches to replay (None: one epoch; later epochs reshuffle). About 1,000 a
+            second for a 7B in pure Python.
+        seed: the shuffle's seed: the order of lengths decides what the allocator strands.
+        expandable_segments: the run's allocator has PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True:
+            segments grow in place, and the run reserves little above its peak allocation. None:
+            as this process's PYTORCH_CUDA_ALLOC_CONF says (`helpers.start()` sets it on one GPU).
+        empty_cache_every: the run calls torch.cuda.empty_cache() after every this many steps.
+
+    Returns:
+        a RunEstimate: `lengths`, `allocated`, `reserved` (the running peak) and `after` (right after
+        each step) per step, `peak_reserved`, `worst_step`
+        (the step that sets the reserve), `history` (what the order of lengths adds), `longest` (the
+        one-step Estimate at the longest batch), `out_of_memory` (the step the card runs out at, with
+        a gpu), `verdict(gpu)` and `line(gpu)`.
+
+    Example:
+        >>> run = estimate_run_memory("Qwen2.5-0.5B", lengths=[120, 900, 40, 512] * 50, seq_len=1024,
+        ...                           per_device_batch=4, gpu="T4", method="lora", checkpointing=True)
+        >>> run.peak_reserved >= run.longest.reserved
+        True
+    """
+    settings = job_settings(job, caller="estimate_run_memory", **settings)
+    resolved = _resolve(model, settings, gpu=gpu, device=device, harness=harness)
+    if expandable_segments is None:
+        expandable_segments = expandable_in_environment()
+    return run_estimate(
+        resolved,
+        lengths,
+        batching=batching,
+        shuffle=shuffle,
+        pad_to_multiple_of=pad_to_multiple_of,
+        steps=steps,
+        seed=seed,
+        expandable_segments=expandable_segments,
+        empty_cache_every=empty_cache_every,
     )
 
 
-def _forward(job: Job) -> Forward:
-    return Forward(
-        shape=job.shape,
-        per_device_batch=job.per_device_batch,
-        seq_len=job.seq_len,
-        compute=job.compute,
-        autocast=job.autocast,
-        device=job.device,
-        quantized=job.quantized,
-        dtype=job.base_dtype,
-        capability=job.capability,
-        pinned=job.harness.sdpa_kernel,
-    )
+@functools.cache
+def _installed() -> tuple[tuple[str, str | None], ...]:
+    return tuple(installed_versions().items())  # read once a process: the libraries do not change under it
 
 
-def _saved_for_backward(job: Job, f: Forward) -> tuple[dict[str, int], dict[str, int]]:
-    """3. activations by component, and what one layer saves (a checkpointed backward recomputes it)."""
-    shape, adapters = job.shape, None
-    if job.method != "full":
-        adapters = Adapters(
-            targets=frozenset(adapter_shapes(shape, job.lora_targets)),
-            r=job.lora_r,
-            dropout=job.lora_dropout,
-            adapter_bytes=job.param_bytes,
-            keeps_input=job.harness.quant_keeps_input and job.quantized,
-            cast_under_autocast=not job.quantized,
-        )
-    layer = layer_activations(f, adapters)
-    first = layer if job.first_grad else layer_activations(f, adapters, input_grad=False)
-    parts = {k: v * (shape.layers - 1) + first.get(k, 0) for k, v in layer.items() if v}
-    if job.checkpointing:  # only each layer's inputs survive the forward
-        parts = {"layer inputs (checkpointed)": shape.layers * f.resid * f.tokens * shape.hidden}
-        if shape.family == "gpt2" and shape.attn_impl == "eager":  # its causal mask is an input too
-            parts["attention mask"] = f.resid * job.per_device_batch * job.seq_len * job.seq_len
-        if quant_kept_inputs(job, f):  # not saved tensors: checkpointing does not drop them
-            parts["4-bit inputs (kept on ctx)"] = quant_kept_inputs(job, f)
-    pooler = None  # with "all-linear", peft adapts BERT's pooler too
-    if adapters is not None and shape.family == "bert" and job.lora_targets == "all-linear":
-        pooler = replace(adapters, targets=frozenset({"pooler"}))
-    head = None  # LoRA on the LM head (peft's "lm_head" target)
-    if adapters is not None and shape.head == "lm" and adapts_head(job.lora_targets):
-        head = replace(adapters, targets=frozenset({"head"}))
-    parts.update(
-        outside_layers(f, checkpointing=job.checkpointing, frozen=adapters is not None, pooler=pooler, head=head)
-    )
-    if not job.first_grad:  # the embeddings' dropout and BERT's embedding norm act on a tensor without grad
-        parts.pop("embedding dropout", None)
-        parts.pop("embedding norm", None)
-    parts.update(weight_casts(job, pooler is not None, head is not None))
-    if job.fused_loss and shape.head == "lm":  # no log-probs: the loss's gradient for the head's input instead
-        del parts["loss log-probs"]
-        parts["fused loss (input gradient)"] = job.compute * job.per_device_batch * job.seq_len * shape.hidden
-    return parts, layer
+def _resolve(model, settings: TrainingJob, *, gpu, device: str, harness: Harness | None) -> Job:
+    """The estimator's job: the model's shape, the card, the device, and the harness facts, from this
+    process's transformers, peft and bitsandbytes when none are given (`_versions`: the releases that
+    changed what a step holds)."""
+    shape = shape_of(model)
+    if harness is None:
+        harness = harness_for(dict(_installed()), model_type=shape.family)
+    return Job.of(settings, shape, gpu=gpu, device=device, harness=harness)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from helpers._util import GIB
-from helpers.catalog import gpu_bytes
+from helpers._util import GIB, MIB
+from helpers.catalog import card_capability, gpu_bytes
 from helpers.estimate._allocator import ALLOCATOR_SLACK, SAFETY_MARGIN
+from helpers.estimate._screen import screen_rows
 
 __all__ = ["Estimate", "past_context"]
 
@@ -22,8 +23,8 @@ class Estimate:
     """A breakdown in bytes. `total` is what the card must hold; `allocated` what torch.cuda reports.
 
     `allocated` is the peak of torch.cuda.max_memory_allocated, `reserved` adds the caching
-    allocator's slack (torch.cuda.max_memory_reserved), `total` adds the CUDA context too (what
-    nvidia-smi and NVML show for the process).
+    allocator's slack (torch.cuda.max_memory_reserved), `total` adds the CUDA context and, on several
+    GPUs, NCCL's buffers: what nvidia-smi and NVML show for the process (`screen_table` term by term).
     """
 
     weights: int
@@ -51,6 +52,7 @@ class Estimate:
     ddp_buckets: int = 0
     all_gather: int = 0
     reduce_scatter: int = 0
+    nccl_buffers: int = 0  # NCCL's buffers on each card of a job on several GPUs: outside the allocator (`_screen`)
     attention: str = ""  # the attention kernel that runs: "eager", "flash", "efficient" or "math" (`_attention`)
     # seq_len past a rotary model's trained context, in words (`past_context`): the bytes are right, the
     # job is not what the model was trained for; every display of the verdict says it ("" when within it)
@@ -90,7 +92,15 @@ class Estimate:
 
     @property
     def total(self) -> int:
-        return self.allocated + self.cuda_context + self.allocator_slack
+        """What the card must hold: the reserve, the CUDA context and NCCL's buffers (what nvidia-smi shows)."""
+        return self.reserved + self.cuda_context + self.nccl_buffers
+
+    def screen_table(self, reserved: int | None = None) -> str:
+        """What nvidia-smi (Colab's and Kaggle's memory bars too) shows for the process, term by term, with
+        each figure's source; `reserved`: a whole run's reserve (`RunEstimate.peak_reserved`) instead of one step's."""
+        reserved = self.reserved if reserved is None else reserved
+        rows = screen_rows(reserved, self.cuda_context, self.nccl_buffers, card_capability_of(self.settings))
+        return "\n".join(f"{name:28} {gib}  {why}" for name, gib, why in rows)
 
     def __getitem__(self, key: str) -> int:
         return getattr(self, key)
@@ -116,15 +126,18 @@ class Estimate:
         return "fits" if peak * (1 + SAFETY_MARGIN[self.settings["method"]]) <= card else "borderline"
 
     def verdict_line(self, gpu) -> str:
-        """The verdict on `gpu` with the figures it compares and the margin it leaves, in one sentence."""
+        """The verdict on `gpu` with the figures it compares and the margin it leaves, in one sentence: both
+        what PyTorch reserves and what nvidia-smi (Colab's and Kaggle's memory bars) would show."""
         margin = SAFETY_MARGIN[self.settings["method"]]
         peak, what = (
             (self.total, "the training step") if self.total >= self.load_total else (self.load_total, "loading")
         )
+        nccl = f" + NCCL buffers {self.nccl_buffers / GIB:.2f} GiB" if self.nccl_buffers else ""
         return (
             f"{self.verdict(gpu)}: {what} needs {peak / GIB:.2f} GiB of {gpu_bytes(gpu) / GIB:.2f} GiB "
-            f"(reserved {self.reserved / GIB:.2f} GiB, which is what runs out, + CUDA context "
-            f'{self.cuda_context / GIB:.2f} GiB); "fits" leaves {margin:.0%} free for the estimator\'s known error'
+            f"(PyTorch reserved {self.reserved / GIB:.2f} GiB, which is what runs out, + CUDA context "
+            f"{self.cuda_context / GIB:.2f} GiB{nccl}; nvidia-smi would show {self.total / MIB:,.0f} MiB); "
+            f'"fits" leaves {margin:.0%} free for the estimator\'s known error'
             + (f". Note: {self.context_note}" if self.context_note else "")
         )
 
@@ -148,10 +161,17 @@ class Estimate:
             ("allocator slack", self.allocator_slack),
             ("peak reserved", self.reserved),
             ("CUDA context", self.cuda_context),
-            ("total", self.total),
+            *([("NCCL buffers", self.nccl_buffers)] if self.nccl_buffers else []),
+            ("total (what nvidia-smi shows)", self.total),
             ("loading (total, before training)", self.load_total),
         ]
         return "\n".join(f"{name:32} {b / GIB:8.2f} GiB" for name, b in rows)
+
+
+def card_capability_of(settings: dict) -> tuple[int, int] | None:
+    """The compute capability of the catalog card an estimate was made for (None: no card named)."""
+    gpu = settings.get("gpu")
+    return card_capability(gpu) if gpu is not None else None
 
 
 def past_context(shape, seq_len: int) -> str:

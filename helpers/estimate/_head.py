@@ -13,7 +13,7 @@ from __future__ import annotations
 from helpers.estimate._activations import Forward, quant_kept_inputs
 from helpers.estimate._job import FP32_BYTES, Job
 
-__all__ = ["forward_logits", "held_output", "kv_cache", "logits_moment"]
+__all__ = ["forward_logits", "held_output", "kv_cache", "logits_moment", "loss_moments"]
 
 
 def _head_dequant(job: Job) -> float:
@@ -35,9 +35,32 @@ def logits_moment(job: Job) -> int:
     if job.harness.loss_chunk:  # the fp32 logits stay whole; the loss's gradients (two fp32, one cast back) per chunk
         chunk = job.per_device_batch * min(job.harness.loss_chunk, job.seq_len)
         return n * shape.vocab * FP32_BYTES + chunk * shape.vocab * (2 * FP32_BYTES + job.compute) + head
-    # the logits and their fp32 upcast at the end of the forward; at the start of the backward the
-    # loss's fp32 gradient and log_softmax's fp32 input gradient, beside the saved log-probs
-    return n * shape.vocab * max(job.compute + FP32_BYTES, 2 * FP32_BYTES) + head
+    return max(loss_moments(job)) + head
+
+
+def loss_moments(job: Job) -> tuple[int, int]:
+    """A causal LM's loss beside the activations: (the end of the forward, the start of the backward).
+
+    The end of the forward holds the logits the model returned (a loop that keeps them counts them
+    in its held output instead), their fp32 upcast and the shifted copy, as the release upcasts and
+    shifts them (`Harness.logits_upcast`, `logits_shift_copy`); the start of the backward, the loss's
+    gradient and log_softmax's input gradient over the positions the loss reads, fp32 unless the loss
+    ran in 16 bits. Measured on the CPU allocator with transformers 4.45.2, 4.46.0, 4.48.3 and 4.49.0
+    (`_versions`).
+    """
+    h, c, vocab, b = job.harness, job.compute, job.shape.vocab, job.per_device_batch
+    n = b * job.seq_len
+    rows = b * (job.seq_len - 1) if h.logits_shift_copy else n  # the positions the loss reads
+    mixed = c != FP32_BYTES and not job.true_half  # autocast runs cross_entropy in fp32
+    # 1. the logits as the forward returned them: fp32 where it upcast them, else the compute dtype
+    returned = n * (FP32_BYTES if h.logits_upcast == "forward" else c)
+    # 2. the loss's fp32 upcast of all of them, or cross_entropy's autocast cast of the rows it reads
+    upcast = FP32_BYTES * {"loss": n, "none": rows if mixed else 0}.get(h.logits_upcast, 0) * (c != FP32_BYTES)
+    # 3. the shifted copy, in the dtype the loss shifted
+    shift = rows * {"fp32": FP32_BYTES, "compute": c, None: 0}[h.logits_shift_copy]
+    grad = FP32_BYTES if h.logits_upcast != "none" or mixed else c
+    forward_end = (returned * (job.loop != "custom") + upcast + shift) * vocab
+    return forward_end, 2 * grad * rows * vocab
 
 
 def forward_logits(job: Job) -> int:
@@ -72,8 +95,9 @@ def held_output(job: Job, f: Forward) -> int:
     """What the loop keeps of the model's output (`Job.loop`), beyond what the Trainer keeps: nothing.
 
     "custom": `outputs = model(**batch)` binds the output until the next forward returns: its
-    logits in the head's output dtype, its key/value cache, and its graph, of which backward
-    released what it saved but not the inputs kept on a 4-bit linear's ctx (`quant_kept_inputs`).
+    logits in the head's output dtype (fp32 where the forward upcast them, `Harness.logits_upcast`),
+    its key/value cache, and its graph, of which backward released what it saved but not the
+    inputs kept on a 4-bit linear's ctx (`quant_kept_inputs`).
     "litgpt": `logits = model(x)` keeps the logits, fp32 as the chunked loss read them, and the graph.
     """
     if job.loop == "trainer":
@@ -82,5 +106,7 @@ def held_output(job: Job, f: Forward) -> int:
     if job.loop == "litgpt":
         return (FP32_BYTES * f.tokens * job.shape.vocab if lm else 0) + quant_kept_inputs(job, f)
     rows = job.per_device_batch if job.shape.family == "bert" else f.tokens
-    logits = f.compute * rows * (job.shape.vocab if job.shape.head == "lm" else job.shape.num_labels)
+    width = job.shape.vocab if job.shape.head == "lm" else job.shape.num_labels
+    upcast = job.shape.head == "lm" and job.harness.logits_upcast == "forward"  # the forward returned fp32 logits
+    logits = (FP32_BYTES if upcast else f.compute) * rows * width
     return logits + kv_cache(job, f) + quant_kept_inputs(job, f)

@@ -71,17 +71,19 @@ ADAMW_FAMILY = ("adamw", "adamw_foreach", "adamw_hf", "adamw_torch", "adamw_torc
 class Harness:
     """What only a benchmark states: facts about a training harness other than the kit's.
 
-    The kit's own stack (the Trainer or a loop of its own, peft, bitsandbytes >= 0.44, PyTorch 2.x)
-    needs none of these; the published cases (scripts/bench/cases/*.toml, run by
-    scripts/bench_estimator.py) set them to hold the estimator against runs published from other
-    harnesses (litgpt with Lightning's bitsandbytes plugin, PyTorch 1.x).
+    The kit's own stack (the Trainer or a loop of its own, transformers >= 4.49, peft >= 0.12,
+    bitsandbytes >= 0.43.2, PyTorch 2.x) needs none of these; the published cases
+    (scripts/bench/cases/*.toml, run by scripts/bench_estimator.py) set them to hold the estimator
+    against runs published from other harnesses (litgpt with Lightning's bitsandbytes plugin,
+    PyTorch 1.x). `_versions.harness_for` sets the facts that follow from library releases.
 
     Attributes:
         set_to_none: optimizer.zero_grad(set_to_none=True) frees the gradients after each step
             (PyTorch 2.x, the Trainer). False keeps them allocated as zeros (PyTorch 1.x's
             model.zero_grad()), beside the next forward's activations.
         quant_keeps_input: each quantized linear keeps its input for backward on its autograd ctx
-            (bitsandbytes releases of 2023, up to 0.43.1); current releases keep only the packed weight.
+            (bitsandbytes 0.39 to 0.43.1); 0.43.2 on keeps only the packed weight. Under reentrant
+            checkpointing the forward builds no graph, so only the layer being recomputed keeps them.
         quantize_head: the LM head is quantized with the other linears, as Lightning's bitsandbytes
             plugin (litgpt's --quantize) does; transformers and peft keep it in 16 bits (then fp32).
             Each time the head runs, forward and backward, bitsandbytes dequantizes the whole
@@ -97,6 +99,20 @@ class Harness:
             measured it; None: the estimator's CUDA_CONTEXT_BYTES.
         sdpa_kernel: the SDPA kernel a harness pins (`torch.nn.attention.sdpa_kernel`): "flash",
             "efficient" or "math", instead of the one PyTorch would choose (`_attention`).
+        logits_upcast: where a causal LM's logits become fp32 for its loss. "loss": the model returns
+            them in the compute dtype and the loss upcasts a copy, both alive while it runs
+            (transformers' `ForCausalLMLoss`). "forward": the forward upcasts them and returns fp32
+            logits, its 16-bit ones freed at once: one 16-bit copy fewer at the loss (Llama 4.31 to
+            4.45). "none": no upcast (GPT-2 before 4.48.3, GPT-NeoX before 4.49): under mixed precision
+            cross_entropy casts what it reads to fp32; in 16 bits throughout ("bf16-true") the loss
+            runs in 16 bits, its log-probs too, which the activations still count in fp32.
+        logits_shift_copy: the loss copies the logits shifted by one position
+            (`logits[..., :-1, :].contiguous()`) and reads per_device_batch x (seq_len - 1) of them:
+            "fp32" after an upcast, "compute" without one; None: it shifts the labels instead
+            (transformers 4.49 on).
+        adapters_upcast: peft casts the adapters it builds in a 16-bit base's dtype to fp32
+            (`autocast_adapter_dtype`, peft 0.12 on); False: they stay in the base's 16-bit dtype
+            (peft before 0.12), and so do their gradients and AdamW moments.
     """
 
     set_to_none: bool = True
@@ -106,6 +122,9 @@ class Harness:
     loss_chunk: int = 0
     cuda_context_bytes: int | None = None
     sdpa_kernel: str | None = None
+    logits_upcast: str = "loss"
+    logits_shift_copy: str | None = None
+    adapters_upcast: bool = True
 
     def changed(self) -> dict:
         """The facts that differ from the kit's harness."""
@@ -199,9 +218,12 @@ class Job(TrainingJob):
     @property
     def param_bytes(self) -> float:
         """Bytes of a trainable parameter and of its gradient: the stored (master) weights in full
-        fine-tuning; adapters in fp32 (peft), or in 16 bits when everything is 16-bit."""
+        fine-tuning; adapters in fp32 (peft), or in 16 bits when everything is 16-bit or when peft
+        keeps them in a 16-bit base's dtype (`Harness.adapters_upcast`)."""
         if self.method == "full":
             return self.weight_bytes
+        if not self.harness.adapters_upcast and self.weights in ("bf16", "fp16"):  # peft before 0.12
+            return HALF_BYTES
         return self.compute if self.true_half else FP32_BYTES
 
     def settings(self) -> dict:
@@ -255,6 +277,13 @@ def _check_harness(job: Job) -> None:
         raise ValueError(f"{setting} describes quantized weights; use method='qlora' or drop it")
     if harness.sdpa_kernel is not None:
         _check_choice("sdpa_kernel", harness.sdpa_kernel, ("flash", "efficient", "math"))
+    _check_choice("logits_upcast", harness.logits_upcast, ("loss", "forward", "none"))
+    _check_choice("logits_shift_copy", harness.logits_shift_copy, (None, "fp32", "compute"))
+    if harness.loss_chunk and (harness.logits_upcast != "loss" or harness.logits_shift_copy):
+        raise ValueError(
+            f"loss_chunk={harness.loss_chunk!r} is litgpt's chunked loss; logits_upcast and logits_shift_copy "
+            "describe transformers' loss: drop one of them"
+        )
     if harness.quant_dtype is not None:
         _check_choice("quant_dtype", harness.quant_dtype, tuple(COMPUTE_BYTES))
     if harness.quantize_head and (shape.head != "lm" or shape.tied):

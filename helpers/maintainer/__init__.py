@@ -13,4 +13,7 @@
   job, a `train.py` (`train_template`) that resumes from its last valid checkpoint, a torchrun
   `launch.sh` for G GPUs on each of N nodes, an accelerate config for one machine and a Slurm
   `job.sbatch` (`job_scripts`) that runs launch.sh on every node and requeues itself on preemption.
+- `fake_trace`: a training run of the real transformers model on fake tensors, every allocation
+  recorded: the estimator and the whole-run replay held to a 7B's own requests without a GPU
+  (tests/test_fake_trace.py, tests/test_estimate_run.py, scripts/bench_fake.py).
 """

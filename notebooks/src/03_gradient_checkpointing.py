@@ -102,6 +102,11 @@ timing_steps = 3  # timed steps per setting; the median is reported
 t4_model = "Qwen2.5-0.5B"  # the out-of-memory story: a full fine-tune of this catalog model on a T4
 t4_batch = 4  # per-device batch of that story
 t4_seq_len = 768  # tokens per sequence: 4 x 768 = 3,072 tokens per micro-batch
+run_model = "Qwen2.5-1.5B"  # the whole-run story: LoRA on this catalog model, on a T4
+run_batch = 2  # per-device batch of that run
+run_max_length = 2048  # its sequences are cut here; each batch is padded to its own longest
+run_median_length = 300  # the examples' lengths are drawn around this median (your dataset's real lengths go here)
+run_examples = 400  # examples in one epoch of that run
 train_steps = 20  # optimizer steps of the short fine-tune at the end
 learning_rate = 5e-5  # on a real model: 5e-5 for a full fine-tune (as here), 2e-4 for LoRA or QLoRA
 tiny_learning_rate = 3e-3  # used on the tiny built-in model instead: 3e-3 full, 1e-2 LoRA (notebook 06's sweep)
@@ -339,6 +344,100 @@ fits_with_checkpointing = True
 print("checkpointing on: the same step fits the same card")
 
 # %% [markdown]
+# ## Over a whole run: batches of every length
+#
+# Real data is not packed into equal lengths. The kit's collator pads each batch to its own longest
+# sequence, so every step has a different shape, and a plan for one step at the longest length is
+# not the whole story. PyTorch's caching allocator keeps the blocks a step frees, to hand them to
+# the next step. A longer step asks for larger blocks than any it kept, so it reserves new ones,
+# and the shorter step's blocks stay reserved beside them. The reserve a run reaches depends on the
+# order its lengths come in, not only on its longest batch. On a large card it climbs far past what
+# any step needs; on a T4 it fills the card, and the allocator must hand its cache back to the driver
+# to go on, slowly: a job that was near the edge runs out.
+#
+# `helpers.estimate.estimate_run_memory` replays a run's requests, batch by batch, through the
+# allocator's rules. Here: LoRA on a T4, examples drawn around a median length (pass your dataset's
+# real ones: `[len(ids) for ids in tokenized["input_ids"]]`), each batch padded to its longest.
+
+# %%
+import math
+import random
+
+from helpers.catalog import gpu_bytes
+from helpers.estimate import estimate_run_memory
+
+draw = random.Random(0)
+run_lengths = [max(8, round(draw.lognormvariate(math.log(run_median_length), 0.7))) for _ in range(run_examples)]
+run_job = dict(per_device_batch=run_batch, seq_len=run_max_length, method="lora", checkpointing=True, gpu="T4")
+one_step = estimate_training_memory(run_model, **run_job)
+print(f"one step of {run_batch} x {run_max_length} tokens: {one_step.verdict_line('T4')}")
+runs = {}  # expandable segments off (the default allocator), then on
+for on in (False, True):
+    runs[on] = estimate_run_memory(run_model, lengths=run_lengths, expandable_segments=on, **run_job)
+    print(f"\nexpandable segments {'on ' if on else 'off'}: {runs[on].line()}")
+
+# %% [markdown]
+# The default allocator gives memory out in *segments*: a request of 10 MiB or more gets a segment
+# of its own, and a segment goes back only when every block in it is free. With
+# `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` there is one segment per pool that grows at
+# its end, so a longer batch extends the space a shorter one freed. `helpers.start()` sets it
+# before CUDA starts, in every notebook that trains on one GPU. The reserve over the steps:
+
+# %%
+fig, ax = plt.subplots(figsize=(8, 3.5))
+steps_run = range(1, len(runs[False].lengths) + 1)
+ax.plot(steps_run, [one_step.reserved / GIB] * len(steps_run), "--", color="gray", label="one step, longest length")
+for on, run in runs.items():
+    label = f"whole run, expandable segments {'on' if on else 'off'}"
+    ax.plot(range(1, len(run.reserved) + 1), [r / GIB for r in run.reserved], label=label)
+    if run.out_of_memory is not None:
+        ax.plot(run.out_of_memory + 1, run.reserved[-1] / GIB, "rx", markersize=12, label="runs out here")
+room = (gpu_bytes("T4") - one_step.cuda_context) / GIB  # what the allocator may reserve on a T4
+ax.axhline(room, color="black", lw=1, label=f"a T4 less the CUDA context: {room:.2f} GiB")
+ax.set(xlabel="step", ylabel="PyTorch reserved (GiB)", title=f"{run_model}, LoRA, batches padded to their longest")
+ax.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
+# **What to see:** with the default allocator the reserve climbs in steps, each time a batch asks
+# for more than any block it kept, until it meets the card's line, long after the step that set
+# the plan's figure. With expandable segments the run stays close to what its longest step allocates.
+# The figures are the estimator's, for a T4, on any machine. On a GPU the next cell also measures
+# this notebook's own model over the course's examples, each batch padded to its longest.
+
+# %%
+from helpers.data import load_course_data
+
+course = load_course_data()
+course_ids = [tokenizer(r["instruction"] + "\n" + r["response"])["input_ids"][: seq_lens[-1]] for r in course]
+course_ids = course_ids[: 12 * per_device_batch]  # 12 steps
+course_lengths = [len(ids) for ids in course_ids]
+measured_run = None
+if device.type == "cuda":
+    set_checkpointing(False)
+    torch.cuda.empty_cache()  # start from an empty cache, as a fresh run would
+    torch.cuda.reset_peak_memory_stats()
+    measured_run = []
+    for i in range(0, len(course_ids), per_device_batch):
+        rows = course_ids[i : i + per_device_batch]
+        longest = max(len(r) for r in rows)
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        batch = torch.tensor([r + [pad] * (longest - len(r)) for r in rows], device=device)
+        training_step(batch)
+        measured_run.append(torch.cuda.max_memory_reserved())
+    course_run = estimate_run_memory(
+        model.config, lengths=course_lengths, shuffle=False, per_device_batch=per_device_batch,
+        seq_len=max(course_lengths), precision=precision, optimizer="sgd", gpu=None,
+    )  # fmt: skip
+    print(
+        f"{len(measured_run)} steps of the course's examples: PyTorch reserved {measured_run[-1] / MIB:,.0f} MiB, "
+        f"estimated {course_run.peak_reserved / MIB:,.0f} MiB "
+        f"(expandable segments {'on' if course_run.expandable_segments else 'off'} in this session)"
+    )
+else:
+    print(f"no CUDA allocator on this {device.type}: the run above is the estimator's; a GPU measures it here")
+
+# %% [markdown]
 # ## In the Trainer
 #
 # One argument, as the lesson writes it. transformers 5 renamed `gradient_checkpointing` to
@@ -465,6 +564,11 @@ check("q03_3", answer_q03_3)
 answer_q03_4 = None  # one letter, in quotes
 check("q03_4", answer_q03_4)
 
+# %%
+# QUICK CHECK q03_5
+answer_q03_5 = None  # one letter, in quotes
+check("q03_5", answer_q03_5)
+
 # %% [markdown]
 # The cell below saves this run's figures for the course's own tests; you can skip it.
 
@@ -489,6 +593,14 @@ helpers.record("t4_fits_on", t4_fits[True])
 helpers.record("audit_codes", [f.code for f in findings])
 helpers.record("oom_without_checkpointing", out_of_memory)
 helpers.record("fits_with_checkpointing", fits_with_checkpointing)
+helpers.record("run_one_step_verdict", one_step.verdict("T4"))
+allocators = {"default": runs[False], "expandable": runs[True]}
+helpers.record("run_verdicts", {name: run.verdict() for name, run in allocators.items()})
+helpers.record("run_out_of_memory_step", runs[False].out_of_memory)
+helpers.record("run_history_gib", {name: round(run.history / GIB, 3) for name, run in allocators.items()})
+helpers.record("run_one_step_reserved_gib", round(one_step.reserved / GIB, 3))
+helpers.record("run_reserved_gib", {name: round(run.peak_reserved / GIB, 3) for name, run in allocators.items()})
+helpers.record("course_run_reserved_mib", None if measured_run is None else [round(r / MIB, 1) for r in measured_run])
 helpers.record("args_differ_from_shortcut", differ)
 helpers.record("train_losses", [round(x, 4) for x in train_losses])
 helpers.record("loss_before", round(loss_before, 4))
@@ -503,6 +615,9 @@ helpers.record("live_readout_steps", live.summary["steps"])
 #   a fraction of the memory for at most one more forward pass per step;
 # - predicted a T4's out-of-memory error before loading anything, and saw that the activations,
 #   not the model, overflow the card;
+# - replayed a whole run of batches of every length through the caching allocator's rules: the
+#   run's reserve grew gigabytes past one step's plan until it met the card, and expandable segments
+#   kept it near what the longest step allocates;
 # - reproduced the error on a pretend card, fixed it with checkpointing, and fine-tuned there with
 #   `TrainingArguments(gradient_checkpointing=True)`, written out and with the kit's shortcut.
 #
@@ -510,7 +625,7 @@ helpers.record("live_readout_steps", live.summary["steps"])
 #
 # 1. Set `per_device_batch = 4` in the parameters cell. Predict how both lines of the memory plot
 #    move, and whether the ratio printed at the longest length changes. Run all.
-# 2. Set `t4_batch = 1`. Predict whether the full fine-tune fits a T4 without checkpointing now.
-#    Run all and read the estimator's lines.
+# 2. Set `run_median_length = 800`. Predict whether the lengths' order adds more or less to the
+#    default allocator's reserve than before (longer examples: more batches near the longest). Run all.
 #
 # Next: notebook 04 gets a large batch's gradients at a small batch's memory.
