@@ -40,6 +40,11 @@ def answered(nb: str, student_id: str = SID, right: bool = True) -> dict:
     return submission(answers, student_id=student_id, base=handout(nb))
 
 
+def points(nb: str) -> int:
+    """The points notebook `nb`'s quick checks are worth, from the bank."""
+    return sum(q.points for q in load_bank(nb))
+
+
 def add_cell(nb: dict, source: str) -> dict:
     nb["cells"].append({"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": source})
     return nb
@@ -140,27 +145,28 @@ def test_a_pasted_cell_from_another_notebook_is_reported_not_scored(tmp_path, cl
     roster = read_roster(write(tmp_path, "c.csv", roster_text), "canvas")
     run = grade([class_of_03], tmp_path / "c_out.csv", roster=roster, notebooks=notebooks)
     table = rows(run.csv_path)
-    assert table[0][5:] == ["Quick checks 03"] and table[1][5] == "4"  # Points Possible: notebook 03's only
-    assert [r[5] for r in table[2:]] == ["4"] * 11
+    full = str(points("03"))
+    assert table[0][5:] == ["Quick checks 03"] and table[1][5] == full  # Points Possible: notebook 03's only
+    assert [r[5] for r in table[2:]] == [full] * 11
     stray = next(s for s in run.submissions if s.path.name == "stray.ipynb")
-    assert stray.notebook == "03" and stray.foreign == ["q05_1", "q05_2"] and stray.max_points == 4
+    assert stray.notebook == "03" and stray.foreign == ["q05_1", "q05_2"] and stray.max_points == points("03")
     report = run.report_path.read_text()
     section = report.split("## Questions from other notebooks (reported, not scored) (1)")[1].split("##")[0]
     assert "stray.ipynb" in section and "`q05_1`" in section
     every = by_header(rows(tmp_path / "c_out_all.csv"))
-    assert "q05_1" not in every[0] and {r["max_points"] for r in every} == {"4"}
+    assert "q05_1" not in every[0] and {r["max_points"] for r in every} == {full}
 
 
 def test_a_file_as_much_of_one_notebook_as_another_goes_by_its_name_or_the_issued_list(tmp_path):
-    both = answered("03")
+    both = answered("02")  # two notebooks of four questions each: neither outnumbers the other
     for q in load_bank("05"):
         add_cell(both, f"# QUICK CHECK {q.id}\nanswer_{q.id} = {solve(q)}\ncheck('{q.id}', answer_{q.id})\n")
     named = grade_submission(write(tmp_path, "doe_12345_05_qlora.ipynb", both))
-    assert named.notebook == "05" and named.foreign == [q.id for q in load_bank("03")]
+    assert named.notebook == "05" and named.foreign == [q.id for q in load_bank("02")]
     unnamed = grade_submission(write(tmp_path, "mine.ipynb", both))
-    assert unnamed.notebook == "03" and any("as many quick checks of notebook 03 as of 05" in n for n in unnamed.notes)
-    issued = grade_submission(write(tmp_path, "doe_05.ipynb", both), notebooks=["03"])
-    assert issued.notebook == "03" and issued.max_points == 4
+    assert unnamed.notebook == "02" and any("as many quick checks of notebook 02 as of 05" in n for n in unnamed.notes)
+    issued = grade_submission(write(tmp_path, "doe_05.ipynb", both), notebooks=["02"])
+    assert issued.notebook == "02" and issued.max_points == points("02")
 
 
 def test_a_wrong_notebook_handed_in_adds_nothing_to_the_classmates(tmp_path):
@@ -174,7 +180,8 @@ def test_a_wrong_notebook_handed_in_adds_nothing_to_the_classmates(tmp_path):
     )
     run = grade([folder], tmp_path / "out.csv", roster=roster, notebooks=["03"])
     table = by_header(rows(run.csv_path))
-    assert [(r["Total Score"], r["Max Points"]) for r in table] == [("4", "4")] * 3 + [("0", "4")]
+    full = str(points("03"))
+    assert [(r["Total Score"], r["Max Points"]) for r in table] == [(full, full)] * 3 + [("0", full)]
     assert all("q05_1" not in r for r in table)
 
 

@@ -36,11 +36,10 @@ Documented changes the estimator does not key to versions (each with its source)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from importlib import metadata
-
-from packaging.version import InvalidVersion, Version
 
 from helpers.estimate._job import Harness
 
@@ -56,12 +55,19 @@ _FORWARD_UPCAST = {"logits_upcast": "forward", "logits_shift_copy": "fp32"}
 _NO_UPCAST = {"logits_upcast": "none", "logits_shift_copy": "compute"}
 
 
-def _release(package: str, version: str) -> Version:
-    """`version` as its release ("4.49.0.dev0" counts as 4.49.0); an error says what would parse."""
-    try:
-        return Version(Version(version).base_version)
-    except (InvalidVersion, TypeError):
-        raise ValueError(f"{package} version {version!r} is not a version number: pass e.g. '4.46.0'") from None
+# a PEP 440 version's release segment, after an optional epoch ("1!"); what follows it (".dev0", "rc1",
+# "+cu128") is dropped. Parsed here rather than with `packaging`, which `import helpers` must not need:
+# the install cell imports the kit before pip has installed anything (tests/test_install_cell.py)
+RELEASE = re.compile(r"\s*v?(?:\d+!)?(\d+(?:\.\d+)*)")
+
+
+def _release(package: str, version: str) -> tuple[int, ...]:
+    """`version`'s release as numbers ("4.49.0.dev0" counts as 4.49.0, "2.0" as 2.0.0); an error says what parses."""
+    found = RELEASE.match(version) if isinstance(version, str) else None
+    if found is None:
+        raise ValueError(f"{package} version {version!r} is not a version number: pass e.g. '4.46.0'")
+    numbers = tuple(int(part) for part in found.group(1).split("."))
+    return numbers + (0,) * (3 - len(numbers))
 
 
 @dataclass(frozen=True)
