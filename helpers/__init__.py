@@ -7,7 +7,8 @@ notebook                    module (what it holds)
 01 memory anatomy           memory (readouts), job (a job's settings, checked), estimate (what fits), plan,
                             planner (with controls), catalog
 02 mixed precision          training (precision, TrainingArguments), saved_tensors, audit
-03 gradient checkpointing   oom (pretend card, free_memory, fit_batch), live (live readout), audit
+03 gradient checkpointing   oom (pretend card, free_memory, fit_batch), live (live readout), audit,
+                            estimate (estimate_run_memory: a whole run's reserve), session (expandable segments)
 04 gradient accumulation    training (effective batch), oom (fit_batch)
 05 QLoRA                    qlora (4-bit + LoRA in one call), footprint (what it holds), plan, capstone (the
                             7B job of 05 and 08)
@@ -17,7 +18,7 @@ notebook                    module (what it holds)
 08 capstone                 runs (which run folder: the same run, or a new one), resume (after a
                             disconnect), manifest, live, qlora, footprint, planner
 06 and 08 (secrets)         tokens (HF_TOKEN, WANDB_API_KEY: env, login, Colab, Kaggle), share (push the adapter)
-every notebook              session (`start`: one GPU, the seed, the machine), results (`record`),
+every notebook              session (`start`: one GPU, expandable segments, the seed, the machine), results (`record`),
                             quickcheck/ (quick checks, grading)
 the install cell            install (what pip changed in the runtime; what it broke, mended or named)
 
