@@ -27,7 +27,7 @@ import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from helpers._caching_allocator import CachingAllocator, reserved_peak
+from helpers._caching_allocator import reserved_peak
 
 __all__ = ["Allocations", "track_allocations"]
 
@@ -43,7 +43,7 @@ class Allocations:
 
 
 @contextmanager
-def track_allocations(allocator: CachingAllocator | None = None):
+def track_allocations():
     """Measure the peak bytes torch's CPU allocator holds inside the block, above its level at entry.
 
     The CPU counterpart of `torch.cuda.reset_peak_memory_stats()` then
@@ -51,10 +51,6 @@ def track_allocations(allocator: CachingAllocator | None = None):
     allocation and free, in time order. Create what must not be counted (the model, its optimizer
     states) before the block; free nothing inside it that was allocated before (see the module's
     docstring).
-
-    allocator: replay the block's requests into this caching allocator (`helpers._caching_allocator`),
-        which keeps its cached segments from one block to the next: what a card reserves over a run of
-        steps, each tracked in its own block (notebook 03). None: a fresh one for this block alone.
 
     Returns:
         an `Allocations`, filled when the block ends.
@@ -84,15 +80,7 @@ def track_allocations(allocator: CachingAllocator | None = None):
         level += nbytes
         allocations.peak = max(allocations.peak, level)
     allocations.end, allocations.events = level, len(events)
-    if allocator is None:
-        allocations.reserved = reserved_peak((ptr, nbytes) for _, ptr, nbytes in events)
-        return
-    for _, ptr, nbytes in events:
-        if nbytes > 0:
-            allocator.malloc(ptr, nbytes)
-        else:
-            allocator.release(ptr)
-    allocations.reserved = allocator.peak_reserved
+    allocations.reserved = reserved_peak((ptr, nbytes) for _, ptr, nbytes in events)
 
 
 def _memory_events(nodes) -> list[tuple[int, int, int]]:
