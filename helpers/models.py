@@ -77,15 +77,16 @@ COURSE_MODELS = (
 )
 
 
-def hub_reachable(timeout: float = HUB_TIMEOUT_S) -> bool:
-    """True when the Hub sends an HTTP reply within `timeout` seconds in total.
+def hub_reachable(timeout: float | None = None) -> bool:
+    """True when the Hub sends an HTTP reply within `timeout` seconds in total (default: HUB_TIMEOUT_S, read now,
+    so a notebook that sets `models.HUB_TIMEOUT_S` is heard).
 
     An answer, not only a connection: an endpoint that accepts and never answers is unreachable.
     Honours HF_HUB_OFFLINE and HF_ENDPOINT (`helpers.env.http_answers`).
     """
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         return False
-    return http_answers(hub_endpoint(), timeout)
+    return http_answers(hub_endpoint(), HUB_TIMEOUT_S if timeout is None else timeout)
 
 
 def hub_endpoint() -> str:

@@ -308,22 +308,25 @@ def allocator_grid(shapes=None, runs=ALLOCATOR_RUNS, loops=ALLOCATOR_LOOPS) -> l
         warnings.simplefilter("ignore")  # transformers' and peft's deprecation notices, not ours
         for name in shapes or ALLOCATOR_SHAPES:
             sizes, (batch, seq_len) = ALLOCATOR_SHAPES[name]
-            for (method, precision), checkpointing, loop in itertools.product(runs, (False, True), loops):
+            for (method, precision), checkpointing in itertools.product(runs, (False, True)):
+                # one model for every loop: a step's memory does not depend on the weights' values, and each
+                # measure_step starts its own optimizer and lets it go
                 trained, model = _allocator_model(sizes, method, precision, checkpointing, Path(tmp))
-                measured = measure_step(trained, batch, seq_len, autocast=precision != "fp32", loop=loop)
-                e = estimate_training_memory(
-                    model.config,
-                    per_device_batch=batch,
-                    seq_len=seq_len,
-                    precision=precision,
-                    method=method,
-                    lora_r=ALLOCATOR_LORA_R,
-                    checkpointing=checkpointing,
-                    optimizer="adamw",  # fused: its step builds nothing
-                    loop=loop,
-                    device="cpu",
-                )
-                rows.append(((name, method, precision, checkpointing, loop), measured, e.allocated - e.weights))
+                for loop in loops:
+                    measured = measure_step(trained, batch, seq_len, autocast=precision != "fp32", loop=loop)
+                    e = estimate_training_memory(
+                        model.config,
+                        per_device_batch=batch,
+                        seq_len=seq_len,
+                        precision=precision,
+                        method=method,
+                        lora_r=ALLOCATOR_LORA_R,
+                        checkpointing=checkpointing,
+                        optimizer="adamw",  # fused: its step builds nothing
+                        loop=loop,
+                        device="cpu",
+                    )
+                    rows.append(((name, method, precision, checkpointing, loop), measured, e.allocated - e.weights))
     return rows
 
 

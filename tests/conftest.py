@@ -9,9 +9,14 @@ runtime matrix (noxfile.py), on Colab's and Kaggle's Pythons. The runs start one
 background thread as soon as collection finds a test that needs them, so they use one core while
 the unit tests use the other; each fixture waits for its own run. Tests that read a run are marked
 `notebooks` (`make test-fast` deselects them). The embedded model's rebuild (`rebuilt_tiny_model`,
-for tests/test_models.py to compare with the shipped one) runs last in the same lane, so the two
-lanes take about as long as each other; tests that read it are marked `slow`. The suite's last line
-says what each background run took.
+for tests/test_models.py to compare with the shipped one) runs next in the same lane, then the
+fixtures that spend their time waiting on training processes (tests/background.py: the two-node
+job, the killed and resumed run, the two-rank sharding run, pip's dry run of the install cell), so
+the two lanes take about as long as each other; tests that use them are marked `slow`. The runs'
+kernels are forked from one process that has imported torch and transformers already
+(tests/warm_kernels.py: about 5 s of imports saved on each of 22 kernels; a kernel whose environment
+differs starts cold). The suite's last line says what each background run took and how the kernels
+started.
 
 Every run is given a planted wandb key and Hub token (fakes, named as such) and a wandb server that
 refuses connections, so notebook 06 takes the "key found, server unreachable" path and a test can
@@ -34,7 +39,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import background
 import pytest
+import warm_kernels
 from notebook_results import figures_of
 
 FAKE_WANDB_KEY = "local-fake-" + "9d2e4b7c1a" * 4  # the shape of a wandb key; never a real one
@@ -64,6 +71,7 @@ FIXTURES = {
     "rebuilt_tiny_model": ("tiny-model",),
 }
 NOTEBOOK_FIXTURES = ("notebook_run", "simulated_runs", "capstone_reruns")
+KERNEL_RUNS = {"cpu", *SIMULATED, *CAPSTONE_RERUNS}  # the runs that start Jupyter kernels
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -96,6 +104,7 @@ class NotebookRun:
 _runs: dict[str, NotebookRun] = {}
 _done: dict[str, threading.Event] = {}
 _processes: list[subprocess.Popen] = []
+_warm: dict[str, str] = {}  # the variables that send the runs' kernels to the warm process (tests/warm_kernels.py)
 
 
 def _closed_port() -> int:
@@ -118,7 +127,26 @@ def _environment(out: Path, session: dict[str, str]) -> dict[str, str]:
         WANDB_ARTIFACT_DIR=str(out / "wandb-artifacts"),
         OMP_NUM_THREADS="1",  # one core for the notebooks, the other for the unit tests
     )
+    env.update(_warm)
     return env
+
+
+def _start_warm_kernels(session: dict[str, str]) -> subprocess.Popen:
+    """Start the process the runs' kernels are forked from, and wait (at most 2 minutes) until it listens.
+
+    If it never does, every kernel starts cold, as in Jupyter, and says so on its stderr: slower, never wrong.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="kit-warm-kernels-"))
+    variables = warm_kernels.kernelspec(folder) | {warm_kernels.SOCKET_VARIABLE: str(folder / "socket")}
+    command = [sys.executable, warm_kernels.__file__, "serve", str(folder / "socket")]
+    with (folder / "log.txt").open("w") as log:
+        process = subprocess.Popen(command, env=_environment(folder, session) | variables, stdout=log, stderr=log)
+    _processes.append(process)
+    deadline = time.monotonic() + 120
+    while not (folder / "socket").exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    _warm.update(variables)
+    return process
 
 
 def _execute(name: str, session: dict[str, str]) -> NotebookRun:
@@ -166,36 +194,53 @@ def _capstone_rerun(name: str, out: Path, environment: dict[str, str]) -> list[s
 
 
 def _start(names: list[str]) -> None:
+    """Run `names` one after another in a thread: notebook runs (`_execute`), then background fixtures."""
+    background.queue([name for name in names if name in background.JOBS])
     for name in names:
-        _done.setdefault(name, threading.Event())
+        if name not in background.JOBS:
+            _done.setdefault(name, threading.Event())
     # the environment now, before any test runs: the runs start later, one after another, while the unit
     # tests set and unset variables (monkeypatch) and start wandb in this process (WANDB_SERVICE)
     session = dict(os.environ)
 
     def work():
+        warm = None
+        if KERNEL_RUNS & set(names):
+            try:
+                warm = _start_warm_kernels(session)
+            except OSError:  # kernels then start cold, each saying why on its stderr
+                pass
         for name in names:
+            if name in background.JOBS:
+                background.run(name, session)
+                continue
             try:
                 _runs[name] = _execute(name, session)
             finally:
                 _done[name].set()
+            if warm and not KERNEL_RUNS & set(names[names.index(name) + 1 :]):
+                warm.kill()  # its memory back once the last kernel is done
+                warm.wait()
+                warm = None
 
     threading.Thread(target=work, daemon=True).start()
 
 
 def _wanted(items) -> list[str]:
-    used = {f for item in items for f in getattr(item, "fixturenames", ()) if f in FIXTURES}
-    return [run for f in FIXTURES if f in used for run in FIXTURES[f]]
+    """The runs the collected tests read, in the lane's order; the background fixtures they use come last."""
+    used = {f for item in items for f in getattr(item, "fixturenames", ())}
+    return [run for f in FIXTURES if f in used for run in FIXTURES[f]] + [f for f in background.JOBS if f in used]
 
 
 def pytest_collection_finish(session):
-    if _wanted(session.items):
+    if _wanted(session.items) and not session.config.option.collectonly:
         _start(_wanted(session.items))
 
 
 def pytest_collection_modifyitems(items):
     """Mark the tests that read a notebook run (`notebooks`) and those that use a costly fixture (`slow`),
-    and move every test that waits for a run to the end: by then their runs are done."""
-    reading = [item for item in items if set(getattr(item, "fixturenames", ())) & set(FIXTURES)]
+    and move every test that waits for the lane (a run, a background fixture) to the end: by then it is done."""
+    reading = [item for item in items if set(getattr(item, "fixturenames", ())) & {*FIXTURES, *background.JOBS}]
     for item in reading:
         if set(item.fixturenames) & set(NOTEBOOK_FIXTURES):
             item.add_marker(pytest.mark.notebooks)
@@ -215,9 +260,18 @@ def pytest_sessionfinish(session):
 
 def pytest_terminal_summary(terminalreporter):
     """One line: what each background run cost its core, to see where the suite's time goes."""
-    if _runs:
-        costs = ", ".join(f"{name} {run.seconds:.0f} s" for name, run in _runs.items())
-        terminalreporter.write_line(f"background runs, one after another on one core: {costs}")
+    if _runs or background.SECONDS:
+        seconds = {name: run.seconds for name, run in _runs.items()} | background.SECONDS
+        costs = ", ".join(f"{name} {s:.0f} s" for name, s in seconds.items())
+        served = _served()
+        kernels = f"; their kernels: {served['warm']} forked warm, {served['cold']} started cold" if _warm else ""
+        terminalreporter.write_line(f"background runs, one after another on one core: {costs}{kernels}")
+
+
+def _served() -> dict[str, int]:
+    """How many of the runs' kernels the warm process forked, and how many it sent to start cold."""
+    served = Path(_warm.get(warm_kernels.SOCKET_VARIABLE, "none") + ".served")
+    return json.loads(served.read_text()) if served.exists() else {"warm": 0, "cold": 0}
 
 
 def _wait(name: str) -> NotebookRun:
@@ -255,6 +309,12 @@ def rebuilt_tiny_model() -> NotebookRun:
 def capstone_reruns() -> dict[str, NotebookRun]:
     """Notebook 08 run again by papermill (CAPSTONE_RERUNS), by name; each executed copy in out/<name>.ipynb."""
     return {name: _wait(name) for name in CAPSTONE_RERUNS}
+
+
+@pytest.fixture(scope="session")
+def background_kernels(notebook_run, simulated_runs, capstone_reruns) -> dict[str, int]:
+    """Once every run that starts kernels is done: {"warm": kernels forked warm, "cold": kernels started cold}."""
+    return _served()
 
 
 @pytest.fixture(scope="session")

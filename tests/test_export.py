@@ -27,6 +27,7 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
+from background import background
 from safetensors.torch import load_file
 
 from helpers._checksums import sha256_file
@@ -34,7 +35,7 @@ from helpers.maintainer import export as export_module
 from helpers.maintainer.export import ExportError, export, notebook_parameters
 from helpers.maintainer.notebooks import SOURCES_DIR
 
-SLOW_FIXTURES = ("runs",)  # train.py run twice at once (conftest: slow)
+SLOW_FIXTURES = ("two_node_runs",)  # train.py run twice at once, in the background lane (conftest: slow)
 VENV_BIN = Path(sys.executable).parent  # torchrun
 # the variables a launcher reads: none may come in from the shell that runs the tests (or a real Slurm job)
 LAUNCH_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NPROC_PER_NODE", "NODE_RANK", "RDZV_TIMEOUT")
@@ -216,11 +217,13 @@ def fake_slurm(folder: Path, srun: str = FAKE_SRUN) -> Path:
     return folder
 
 
-def slurm_env(job: Path, fake: Path, **values: str) -> dict[str, str]:
-    """What Slurm gives a 2-node batch script, nothing of a launcher's from this shell, the fakes first on PATH."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in LAUNCH_VARIABLES}
+def slurm_env(job: Path, fake: Path, base: dict[str, str] | None = None, **values: str) -> dict[str, str]:
+    """What Slurm gives a 2-node batch script, nothing of a launcher's from this shell (`base`: os.environ), the
+    fakes first on PATH."""
+    base = dict(os.environ) if base is None else base
+    env = {k: v for k, v in base.items() if not k.startswith("SLURM_") and k not in LAUNCH_VARIABLES}
     return env | {
-        "PATH": f"{fake}:{VENV_BIN}:{os.environ['PATH']}",
+        "PATH": f"{fake}:{VENV_BIN}:{base['PATH']}",
         "SLURM_JOB_ID": "4242",
         "SLURM_NNODES": "2",
         "SLURM_JOB_NODELIST": "127.0.0.1,127.0.0.2",  # two names for this machine
@@ -319,10 +322,10 @@ def job_ids_with_free_ports(count: int) -> list[int]:
     pytest.fail("no free port in 29500..30499 for the rendezvous")
 
 
-def launch(job: Path, out: Path, log: Path, job_id: int, restart: int = 0) -> subprocess.Popen:
+def launch(job: Path, out: Path, log: Path, job_id: int, base: dict[str, str], restart: int = 0) -> subprocess.Popen:
     """The exported job.sbatch as Slurm would run it on 2 nodes (FAKE srun and scontrol): two torchrun launchers
     of one process each, on CPU over gloo; `restart` is SLURM_RESTART_COUNT (a requeued job keeps its id)."""
-    env = slurm_env(job, job / "fake-slurm", SLURM_JOB_ID=str(job_id), SLURM_RESTART_COUNT=str(restart))
+    env = slurm_env(job, job / "fake-slurm", base, SLURM_JOB_ID=str(job_id), SLURM_RESTART_COUNT=str(restart))
     env |= {"OUTPUT_DIR": str(out), "HF_HOME": str(job / "hf"), "OMP_NUM_THREADS": "1"}
     env["PYTHONPATH"] = str(SOURCES_DIR.parents[1])
     with open(log, "w") as log_file:  # a file, not a pipe: a full pipe would stall the run
@@ -342,7 +345,6 @@ def kill_tree(process: subprocess.Popen) -> None:
 
 
 def finish(process: subprocess.Popen, log: Path) -> None:
-    start = time.monotonic()
     try:
         process.wait(timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -353,25 +355,23 @@ def finish(process: subprocess.Popen, log: Path) -> None:
             f"{log.name}: not done {TIMEOUT_S} s after it was awaited; under the launcher {alive}; its last "
             f"lines:\n{log.read_text()[-4000:]}"
         )
-    print(f"{log.name}: done {time.monotonic() - start:.0f} s after it was awaited")
     text = log.read_text()
     assert process.returncode == 0, text[-4000:]
     # a rank that exits with its process group alive can abort in gloo's threads (pytorch#190489)
     assert "terminate called" not in text, text[-4000:]
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+@background
+def two_node_runs(job: Path, env: dict[str, str]):
     """The exported 2-node job run twice at once: once through, once killed after its first checkpoint and requeued.
 
     Returns the job's folder, what the killed run left, and each run's Slurm job id.
     """
-    job = tmp_path_factory.mktemp("export")
     export("08", job, nodes=2, gpus=1)
     fake_slurm(job / "fake-slurm")
     ids = dict(zip(("reference", "killed"), job_ids_with_free_ports(2), strict=True))
-    reference = launch(job, job / "reference", job / "reference.log", ids["reference"])
-    doomed = launch(job, job / "killed", job / "killed.log", ids["killed"])
+    reference = launch(job, job / "reference", job / "reference.log", ids["reference"], env)
+    doomed = launch(job, job / "killed", job / "killed.log", ids["killed"], env)
     deadline = time.monotonic() + TIMEOUT_S
     while not any((c / "run_manifest.json").exists() for c in (job / "killed").glob("checkpoint-*")):
         if doomed.poll() is not None or time.monotonic() > deadline:
@@ -382,16 +382,16 @@ def runs(tmp_path_factory):
     kill_tree(doomed)  # the job, both launchers and both ranks, with no cleanup: a preempted job
     left = sorted(p.name for p in (job / "killed").iterdir())
     finish(reference, job / "reference.log")
-    resumed = launch(job, job / "killed", job / "resumed.log", ids["killed"], restart=1)  # requeued: the same id
+    resumed = launch(job, job / "killed", job / "resumed.log", ids["killed"], env, restart=1)  # requeued: the same id
     finish(resumed, job / "resumed.log")
     return job, left, ids
 
 
 @pytest.mark.slow
-def test_the_job_trains_on_two_nodes_to_the_end(runs):
+def test_the_job_trains_on_two_nodes_to_the_end(two_node_runs):
     """The very job.sbatch a student submits, for 2 nodes x 1 GPU: srun (FAKE) starts launch.sh on each node,
     their torchruns meet on the first node, rank 0 alone saves, each checkpoint once."""
-    job, _, ids = runs
+    job, _, ids = two_node_runs
     result = json.loads((job / "reference" / "result.json").read_text())
     assert result["global_step"] == STEPS and result["resumed_from"] is None
     log = (job / "reference.log").read_text()
@@ -414,8 +414,8 @@ def test_the_job_trains_on_two_nodes_to_the_end(runs):
     assert list(result["losses"]) == [str(s) for s in range(1, STEPS + 1)]
 
 
-def test_a_killed_run_resumes_from_its_last_valid_checkpoint_to_the_same_adapter(runs):
-    job, left, ids = runs
+def test_a_killed_run_resumes_from_its_last_valid_checkpoint_to_the_same_adapter(two_node_runs):
+    job, left, ids = two_node_runs
     assert "result.json" not in left and f"checkpoint-{STEPS}" not in left, left
     resumed = json.loads((job / "killed" / "result.json").read_text())
     reference = json.loads((job / "reference" / "result.json").read_text())
@@ -466,10 +466,10 @@ def test_launchers_told_different_node_counts_stop_together_saying_so(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_finished_run_without_its_results_finishes_them_and_then_trains_nothing(runs, tmp_path):
+def test_a_finished_run_without_its_results_finishes_them_and_then_trains_nothing(two_node_runs, tmp_path):
     """A job stopped after its last checkpoint, before final/ and result.json (preempted while evaluating; a
     crash in its last lines): requeued, it writes them from that checkpoint; requeued again, it has nothing to do."""
-    job, *_ = runs
+    job, *_ = two_node_runs
     out = tmp_path / "run"
     shutil.copytree(job / "reference", out, ignore=shutil.ignore_patterns("final", "result.json"))
     python = [sys.executable, "train.py", *RUN, "--output-dir", str(out)]
@@ -687,9 +687,9 @@ def test_a_second_export_keeps_edited_files_unless_forced(tmp_path):
 
 
 @pytest.mark.slow
-def test_train_py_never_trains_over_checkpoints_it_cannot_resume(runs, tmp_path):
+def test_train_py_never_trains_over_checkpoints_it_cannot_resume(two_node_runs, tmp_path):
     """Every checkpoint rejected (manifests cut short, weights whole): it stops, then sets them aside on request."""
-    job, *_ = runs
+    job, *_ = two_node_runs
     out = tmp_path / "run"
     for checkpoint in (job / "reference").glob("checkpoint-*"):
         shutil.copytree(checkpoint, out / checkpoint.name)

@@ -21,6 +21,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from background import background
 
 from helpers._requirements import canonical_name, read_pins
 from helpers.maintainer.notebooks import BRANCH, DISTRIBUTION, INSTALL_CELL, NOTEBOOKS_DIR, REPO_ROOT, REPOSITORY
@@ -324,18 +325,27 @@ def index_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
-@pytest.mark.slow
-def test_on_a_runtime_with_torch_and_psutil_the_cell_keeps_both_and_installs_no_cuda_wheel():
-    # the cell itself, in a fresh venv that holds torch and a runtime's older psutil (which a fresh
-    # Colab kernel has imported); pip in --dry-run mode (about 20 s)
+@background
+def install_dry_run(folder: Path, env: dict[str, str]) -> subprocess.CompletedProcess | None:
+    """The cell itself, in a fresh venv that holds torch and a runtime's older psutil (which a fresh Colab kernel
+    has imported); pip in --dry-run mode (about 20 s). None where the package index is out of reach."""
     if not index_reachable():
-        pytest.skip("the package index is out of reach: pip cannot resolve the install cell's requirements")
-    done = subprocess.run(
+        return None
+    return subprocess.run(
         [sys.executable, str(REPO_ROOT / "scripts" / "measure_install.py"), "--json", "--runtime-has", "psutil==5.9.5"],
         capture_output=True,
         text=True,
         timeout=300,
+        cwd=folder,
+        env=env,
     )
+
+
+@pytest.mark.slow
+def test_on_a_runtime_with_torch_and_psutil_the_cell_keeps_both_and_installs_no_cuda_wheel(install_dry_run):
+    if install_dry_run is None:
+        pytest.skip("the package index is out of reach: pip cannot resolve the install cell's requirements")
+    done = install_dry_run
     assert done.returncode in (0, 1), done.stdout + done.stderr
     m = json.loads(done.stdout)
     assert m["forbidden"] == [], f"the install cell would bring {m['forbidden']}"

@@ -20,20 +20,21 @@ from pathlib import Path
 
 import pytest
 import torch
+from background import background
 from safetensors.torch import load_file
 
 from helpers.manifest import MANIFEST_NAME, load_manifest
 from helpers.resume import CheckpointsRejected, check_checkpoint, latest_valid_checkpoint, list_checkpoints
 
-SLOW_FIXTURES = ("interrupted",)  # the capstone recipe run three times (conftest: slow)
+SLOW_FIXTURES = ("interrupted",)  # the capstone recipe run three times, in the background lane (conftest: slow)
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "train_embedded.py"
 TIMEOUT_S = 240  # seconds for one training subprocess, generous for a loaded CI machine
 
 
-def train(out: Path, *flags: str, log: Path | None = None):
-    """Start scripts/train_embedded.py; returns (process, out, log)."""
+def train(out: Path, *flags: str, env: dict[str, str], log: Path | None = None):
+    """Start scripts/train_embedded.py in `env`; returns (process, out, log)."""
     log = log or out.with_suffix(".log")
     with open(log, "w") as log_file:  # a file, not a pipe: a full pipe would stall the run
         process = subprocess.Popen(
@@ -41,6 +42,7 @@ def train(out: Path, *flags: str, log: Path | None = None):
             stdout=log_file,
             stderr=subprocess.STDOUT,
             cwd=REPO,
+            env=env,
         )
     return process, out, log
 
@@ -57,8 +59,8 @@ def finish(run) -> dict:
     return json.loads((out / "result.json").read_text())
 
 
-@pytest.fixture(scope="module")
-def interrupted(tmp_path_factory):
+@background
+def interrupted(base: Path, env: dict[str, str]):
     """The capstone's recipe (QLoRA on the embedded model) run three times, two at once.
 
     1. the reference: 12 steps, never interrupted;
@@ -68,9 +70,8 @@ def interrupted(tmp_path_factory):
     4. the killed run restarted with --resume: it must skip checkpoint-8, go on from checkpoint-4
        and end exactly where the reference ended.
     """
-    base = tmp_path_factory.mktemp("resume")
-    reference = train(base / "reference", "--qlora")
-    doomed, _, _ = train(base / "killed", "--qlora", "--step-delay", "0.3")
+    reference = train(base / "reference", "--qlora", env=env)
+    doomed, _, _ = train(base / "killed", "--qlora", "--step-delay", "0.3", env=env)
     marker = base / "killed" / "checkpoint-4" / MANIFEST_NAME  # written after trainer_state.json, atomically
     deadline = time.monotonic() + TIMEOUT_S
     while not marker.exists():
@@ -87,7 +88,7 @@ def interrupted(tmp_path_factory):
     shutil.rmtree(partial, ignore_errors=True)  # in case the kill came late: the partial one replaces it
     shutil.copytree(base / "reference" / "checkpoint-8", partial)
     truncate(partial / "adapter_model.safetensors", 0.5)
-    resumed = train(base / "killed", "--qlora", "--resume", log=base / "resumed.log")
+    resumed = train(base / "killed", "--qlora", "--resume", env=env, log=base / "resumed.log")
     return expected, finish(resumed), doomed.returncode, left, base
 
 

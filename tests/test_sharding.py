@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from background import background
 
 from helpers.estimate import estimate_training_memory
 from helpers.job import JobSettingError, TrainingJob
@@ -187,18 +188,26 @@ def test_fewest_cards_says_the_accumulation_that_keeps_the_effective_batch():
     )
 
 
+CONFIGS = ["full:grad_op:0", "lora:grad_op:1", "full:full:1", "lora:full:1"]  # tests/sharded_ranks.py's
+
+
+@background
+def two_ranks(folder: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """tests/sharded_ranks.py under torchrun, 2 CPU processes over gloo, one report line per config."""
+    script = Path(__file__).with_name("sharded_ranks.py")
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", script, *CONFIGS],
+        capture_output=True, text=True, timeout=600, cwd=folder, env=env,
+    )  # fmt: skip
+
+
 @pytest.mark.slow
-def test_each_process_holds_the_estimated_share_measured_on_two_processes(tmp_path):
+def test_each_process_holds_the_estimated_share_measured_on_two_processes(two_ranks):
     """grad_op and checkpointing, which notebook 07 does not run: weights, gradients, AdamW state to the byte,
     the step's peak within 5 % (where FSDP's gathers and frees fall moves it a little from run to run)."""
-    script = Path(__file__).with_name("sharded_ranks.py")
-    configs = ["full:grad_op:0", "lora:grad_op:1", "full:full:1", "lora:full:1"]
-    done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", script, *configs],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path,
-    )  # fmt: skip
+    done = two_ranks
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert done.returncode == 0 and len(rows) == len(configs), done.stderr[-3000:]
+    assert done.returncode == 0 and len(rows) == len(CONFIGS), done.stderr[-3000:]
     for row in rows:
         for term in ("weights", "gradients", "optimizer"):
             measured, estimated = row[term]
