@@ -49,7 +49,8 @@ def kernelspec(folder: Path) -> dict[str, str]:
 
 
 def _differs(mine: dict[str, str], theirs: dict[str, str]) -> list[str]:
-    names = (set(mine) | set(theirs)) - {n for n in set(mine) | set(theirs) if n.startswith(RUNTIME_PREFIXES)}
+    """The variables, other than RUNTIME_PREFIXES', that one environment has and the other lacks or sets otherwise."""
+    names = {n for n in mine.keys() | theirs.keys() if not n.startswith(RUNTIME_PREFIXES)}
     return sorted(n for n in names if mine.get(n) != theirs.get(n))
 
 
