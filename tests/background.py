@@ -13,10 +13,14 @@ monkeypatch while it runs: every process it starts must be given `env`). Tests t
 notebook readers do, and each gets its value; an error or `pytest.fail` inside it fails each of them. Outside
 the lane (a fixture collected late, `pytest -p no:...`), the first test that asks runs it in the foreground.
 Names are global: two modules cannot both have a background fixture of one name.
+
+A job that needs another's value names it after `folder` and `env` (`def requeued(folder, env, two_node_runs)`):
+it gets that value, computed first (the lane runs jobs in the order they were defined) or raised again.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import tempfile
 import threading
@@ -37,18 +41,14 @@ def background(function: Callable[[Path, dict[str, str]], object]):
     name = function.__name__
     if name in JOBS and JOBS[name].__module__ != function.__module__:
         raise ValueError(f"two background fixtures named {name!r}: {JOBS[name].__module__} and {function.__module__}")
+    unknown = [need for need in list(inspect.signature(function).parameters)[2:] if need not in JOBS]
+    if unknown:  # the lane runs jobs in the order they were defined: a job it needs must come first
+        raise ValueError(f"{name} needs {', '.join(unknown)}: define that background fixture above it")
     JOBS[name] = function
 
     @pytest.fixture(scope="module", name=name)
     def waiter():
-        if name not in _queued:  # never queued by the lane: run it here
-            queue([name])
-            run(name, dict(os.environ))
-        _queued[name].wait()
-        raised, value = _outcome[name]
-        if raised:
-            raise value
-        return value
+        return value(name, dict(os.environ))
 
     waiter.__doc__ = function.__doc__
     return waiter
@@ -60,11 +60,25 @@ def queue(names: list[str]) -> None:
         _queued.setdefault(name, threading.Event())
 
 
+def value(name: str, env: dict[str, str]):
+    """Job `name`'s value, once it is done (run here, with `env`, if nothing queued it); its exception raised again."""
+    if name not in _queued:  # never queued by the lane: run it here
+        queue([name])
+        run(name, env)
+    _queued[name].wait()
+    raised, outcome = _outcome[name]
+    if raised:
+        raise outcome
+    return outcome
+
+
 def run(name: str, env: dict[str, str]) -> None:
     """Run one job now, in a fresh folder, and keep its value or its exception for the tests that use it."""
     start = time.perf_counter()
     try:
-        _outcome[name] = (False, JOBS[name](Path(tempfile.mkdtemp(prefix=f"kit-{name}-")), env))
+        needs = list(inspect.signature(JOBS[name]).parameters)[2:]  # other jobs' values, by name
+        values = {need: value(need, env) for need in needs}
+        _outcome[name] = (False, JOBS[name](Path(tempfile.mkdtemp(prefix=f"kit-{name}-")), env, **values))
     except BaseException as error:  # noqa: BLE001  pytest.fail's Failed too: raised again in each test
         _outcome[name] = (True, error)
     finally:

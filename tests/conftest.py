@@ -15,8 +15,12 @@ job, the killed and resumed run, the two-rank sharding run, pip's dry run of the
 the two lanes take about as long as each other; tests that use them are marked `slow`. The runs'
 kernels are forked from one process that has imported torch and transformers already
 (tests/warm_kernels.py: about 5 s of imports saved on each of 22 kernels; a kernel whose environment
-differs starts cold). The suite's last line says what each background run took and how the kernels
-started.
+differs starts cold), and so are the kernels the unit tests start, from a process of their own. The suite's
+last line says what each background run took and how the kernels started.
+
+Two settings of the tests' own process, both for time: torch runs one thread in it and in everything it
+starts (two threads on a shared core spin-wait on each other), and what collection imported is frozen out of
+the garbage collector's view once collection is done (`gc.freeze`).
 
 Every run is given a planted wandb key and Hub token (fakes, named as such) and a wandb server that
 refuses connections, so notebook 06 takes the "key found, server unreachable" path and a test can
@@ -28,6 +32,7 @@ While editing a notebook, `KIT_ONLY="02" pytest tests/test_mixed_precision_noteb
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import socket
@@ -73,6 +78,16 @@ FIXTURES = {
 NOTEBOOK_FIXTURES = ("notebook_run", "simulated_runs", "capstone_reruns")
 KERNEL_RUNS = {"cpu", *SIMULATED, *CAPSTONE_RERUNS}  # the runs that start Jupyter kernels
 REPO = Path(__file__).resolve().parents[1]
+# Collection imports the libraries and every test module: objects that all live as long as the session, which
+# the collector would walk again and again while they load (3 s of collection's 13). It runs again, once,
+# when collection is done (pytest_collection_finish).
+gc.disable()
+# One thread for torch in the tests' process and every process it starts, as in the runs' kernels: the two
+# lanes keep a core each. Two threads on a shared core spin-wait on each other: the estimator's CPU grids
+# took 101 s with two and 70 s with one, with the other core busy (and 67 s against 60 s idle).
+os.environ["OMP_NUM_THREADS"] = "1"
+if "torch" in sys.modules:  # a plugin imported it before this file: the variable came too late
+    sys.modules["torch"].set_num_threads(1)
 
 
 @dataclass
@@ -105,6 +120,7 @@ _runs: dict[str, NotebookRun] = {}
 _done: dict[str, threading.Event] = {}
 _processes: list[subprocess.Popen] = []
 _warm: dict[str, str] = {}  # the variables that send the runs' kernels to the warm process (tests/warm_kernels.py)
+_unit_warm: dict[str, str] = {}  # the same for the kernels the unit tests start, at a process of their own
 
 
 def _closed_port() -> int:
@@ -137,16 +153,32 @@ def _start_warm_kernels(session: dict[str, str]) -> subprocess.Popen:
     If it never does, every kernel starts cold, as in Jupyter, and says so on its stderr: slower, never wrong.
     """
     folder = Path(tempfile.mkdtemp(prefix="kit-warm-kernels-"))
-    variables = warm_kernels.kernelspec(folder) | {warm_kernels.SOCKET_VARIABLE: str(folder / "socket")}
-    command = [sys.executable, warm_kernels.__file__, "serve", str(folder / "socket")]
-    with (folder / "log.txt").open("w") as log:
-        process = subprocess.Popen(command, env=_environment(folder, session) | variables, stdout=log, stderr=log)
-    _processes.append(process)
+    process, variables = _serve_warm_kernels(folder, _environment(folder, session))
     deadline = time.monotonic() + 120
     while not (folder / "socket").exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
     _warm.update(variables)
     return process
+
+
+def _serve_warm_kernels(folder: Path, env: dict[str, str]) -> tuple[subprocess.Popen, dict[str, str]]:
+    """A warm process (tests/warm_kernels.py) for kernels started with `env`; the variables that point them at it."""
+    variables = warm_kernels.kernelspec(folder) | {warm_kernels.SOCKET_VARIABLE: str(folder / "socket")}
+    command = [sys.executable, warm_kernels.__file__, "serve", str(folder / "socket")]
+    with (folder / "log.txt").open("w") as log:
+        process = subprocess.Popen(command, env=env | variables, stdout=log, stderr=log)
+    _processes.append(process)
+    return process, variables
+
+
+def _warm_unit_test_kernels() -> None:
+    """Point the kernels the unit tests start (the runner's, gpu-proof's, the quick checks') at a warm process
+    of their own, started with this process's environment: a test that changes a variable the imports read gets
+    a cold kernel. Kernels that start before it listens start cold too."""
+    folder = Path(tempfile.mkdtemp(prefix="kit-warm-kernels-unit-"))
+    _, variables = _serve_warm_kernels(folder, dict(os.environ))
+    os.environ.update(variables)
+    _unit_warm.update(variables)
 
 
 def _execute(name: str, session: dict[str, str]) -> NotebookRun:
@@ -234,7 +266,16 @@ def _wanted(items) -> list[str]:
 
 def pytest_collection_finish(session):
     if _wanted(session.items) and not session.config.option.collectonly:
-        _start(_wanted(session.items))
+        _start(_wanted(session.items))  # first: the lane's environment has none of the unit tests' warm process
+        if KERNEL_RUNS & set(_wanted(session.items)):  # the whole suite, not make test-fast (few kernels)
+            _warm_unit_test_kernels()
+    # What collection imported (torch, transformers, every test module: millions of objects that live as long
+    # as the session) leaves the garbage collector's view: each full collection walked them all again, about
+    # a quarter of the unit tests' time (40 s of make test-fast's 145). Anything a test creates is still
+    # collected as usual.
+    gc.collect()
+    gc.freeze()
+    gc.enable()
 
 
 def pytest_collection_modifyitems(items):
@@ -263,14 +304,16 @@ def pytest_terminal_summary(terminalreporter):
     if _runs or background.SECONDS:
         seconds = {name: run.seconds for name, run in _runs.items()} | background.SECONDS
         costs = ", ".join(f"{name} {s:.0f} s" for name, s in seconds.items())
-        served = _served()
+        served, unit = _served(), _served(_unit_warm)
         kernels = f"; their kernels: {served['warm']} forked warm, {served['cold']} started cold" if _warm else ""
+        if _unit_warm:
+            kernels += f"; the unit tests' kernels: {unit['warm']} forked warm, {unit['cold']} started cold"
         terminalreporter.write_line(f"background runs, one after another on one core: {costs}{kernels}")
 
 
-def _served() -> dict[str, int]:
-    """How many of the runs' kernels the warm process forked, and how many it sent to start cold."""
-    served = Path(_warm.get(warm_kernels.SOCKET_VARIABLE, "none") + ".served")
+def _served(variables: dict[str, str] = _warm) -> dict[str, int]:
+    """How many kernels a warm process forked, and how many it sent to start cold (the runs' by default)."""
+    served = Path(variables.get(warm_kernels.SOCKET_VARIABLE, "none") + ".served")
     return json.loads(served.read_text()) if served.exists() else {"warm": 0, "cold": 0}
 
 
@@ -279,6 +322,28 @@ def _wait(name: str) -> NotebookRun:
         _start([name])
     _done[name].wait()
     return _runs[name]
+
+
+# What the kit's setup writes into the student's process: helpers.start pins the card and asks for expandable
+# segments, seed_everything (transformers' set_seed) sets the hash seed for the processes it starts.
+KIT_WRITES = ("CUDA_VISIBLE_DEVICES", "PYTORCH_CUDA_ALLOC_CONF", "PYTHONHASHSEED")
+
+
+def _restoring_kit_writes():
+    before = {name: os.environ.get(name) for name in KIT_WRITES}
+    yield
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+# Each test (and each module, for its module-scoped fixtures) that calls the setup leaves the environment as it
+# found it: a pinned card or a hash seed left behind would reach every later test's processes (and send their
+# kernels to start cold).
+_kit_writes_stay_in_their_test = pytest.fixture(autouse=True)(_restoring_kit_writes)
+_kit_writes_stay_in_their_module = pytest.fixture(autouse=True, scope="module")(_restoring_kit_writes)
 
 
 @pytest.fixture(scope="session")

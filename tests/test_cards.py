@@ -130,6 +130,7 @@ def test_start_pins_one_card_on_t4x2_and_says_it_is_simulated(card, capsys):
     assert out.count("SIMULATED T4x2") == 1 and "trains on GPU 0 only" in out and "seed" not in out
 
 
+@pytest.mark.slow
 def test_start_for_notebook_07_keeps_both_cards_and_cuda_unstarted(card, capsys):
     card("T4x2")
     with pytest.raises(ValueError, match=r"start\(seed=7, one_gpu=False\).*Pass seed=None.*set_seed\(7\) there"):

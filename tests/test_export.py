@@ -35,7 +35,7 @@ from helpers.maintainer import export as export_module
 from helpers.maintainer.export import ExportError, export, notebook_parameters
 from helpers.maintainer.notebooks import SOURCES_DIR
 
-SLOW_FIXTURES = ("two_node_runs",)  # train.py run twice at once, in the background lane (conftest: slow)
+SLOW_FIXTURES = ("two_node_runs", "requeued_runs")  # train.py runs, in the background lane (conftest: slow)
 VENV_BIN = Path(sys.executable).parent  # torchrun
 # the variables a launcher reads: none may come in from the shell that runs the tests (or a real Slurm job)
 LAUNCH_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NPROC_PER_NODE", "NODE_RANK", "RDZV_TIMEOUT")
@@ -465,15 +465,46 @@ def test_launchers_told_different_node_counts_stop_together_saying_so(tmp_path):
         assert "terminate called" not in log and "Training completed" not in log
 
 
-@pytest.mark.slow
-def test_a_finished_run_without_its_results_finishes_them_and_then_trains_nothing(two_node_runs, tmp_path):
+def files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@background
+def requeued_runs(folder: Path, env: dict[str, str], two_node_runs):
+    """train.py requeued by hand on what the reference run left, each case in a folder of its own:
+
+    - "unfinished": its checkpoints without final/ and result.json (preempted while evaluating), requeued twice;
+    - "rejected": its checkpoints with every manifest cut short, then again with --set-aside-rejected.
+
+    Returns {case: (the run folder, its files before the first run, [(each run's result, the files after it)])}.
+    """
+    job, *_ = two_node_runs
+    env = env | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(SOURCES_DIR.parents[1])}
+    unfinished, rejected = folder / "unfinished", folder / "rejected"
+    shutil.copytree(job / "reference", unfinished, ignore=shutil.ignore_patterns("final", "result.json"))
+    for checkpoint in (job / "reference").glob("checkpoint-*"):
+        shutil.copytree(checkpoint, rejected / checkpoint.name)
+        (rejected / checkpoint.name / "run_manifest.json").write_text("{")
+    requeues = {
+        "unfinished": (unfinished, [[], []]),
+        "rejected": (rejected, [[], ["--set-aside-rejected", "--max-steps", "2"]]),
+    }
+    cases = {}
+    for case, (out, flags) in requeues.items():
+        before, runs = files(out), []
+        for extra in flags:
+            command = [sys.executable, "train.py", *RUN, "--output-dir", str(out), *extra]
+            done = subprocess.run(command, cwd=job, capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
+            runs.append((done, files(out)))
+        cases[case] = (out, before, runs)
+    return cases
+
+
+def test_a_finished_run_without_its_results_finishes_them_and_then_trains_nothing(two_node_runs, requeued_runs):
     """A job stopped after its last checkpoint, before final/ and result.json (preempted while evaluating; a
     crash in its last lines): requeued, it writes them from that checkpoint; requeued again, it has nothing to do."""
     job, *_ = two_node_runs
-    out = tmp_path / "run"
-    shutil.copytree(job / "reference", out, ignore=shutil.ignore_patterns("final", "result.json"))
-    python = [sys.executable, "train.py", *RUN, "--output-dir", str(out)]
-    finished = subprocess.run(python, cwd=job, capture_output=True, text=True, timeout=TIMEOUT_S)
+    out, _, ((finished, _), (again, _)) = requeued_runs["unfinished"]
     assert finished.returncode == 0, finished.stderr[-3000:]
     assert (
         f"{out / f'checkpoint-{STEPS}'} ends a finished run whose final/ or result.json is missing" in finished.stdout
@@ -486,7 +517,6 @@ def test_a_finished_run_without_its_results_finishes_them_and_then_trains_nothin
     got = load_file(out / "final" / "adapter_model.safetensors")
     assert expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in expected)
 
-    again = subprocess.run(python, cwd=job, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"this run trains in {out}: the same settings as its checkpoints" in again.stdout
     assert "ends a finished run: nothing left to train" in again.stdout
@@ -686,27 +716,16 @@ def test_a_second_export_keeps_edited_files_unless_forced(tmp_path):
     assert (other / "job.sbatch").read_text() == "#!/bin/bash\necho mine\n"
 
 
-@pytest.mark.slow
-def test_train_py_never_trains_over_checkpoints_it_cannot_resume(two_node_runs, tmp_path):
+def test_train_py_never_trains_over_checkpoints_it_cannot_resume(requeued_runs):
     """Every checkpoint rejected (manifests cut short, weights whole): it stops, then sets them aside on request."""
-    job, *_ = two_node_runs
-    out = tmp_path / "run"
-    for checkpoint in (job / "reference").glob("checkpoint-*"):
-        shutil.copytree(checkpoint, out / checkpoint.name)
-        (out / checkpoint.name / "run_manifest.json").write_text("{")
-    before = {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    python = [sys.executable, "train.py", *RUN, "--output-dir", str(out)]
-    env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(SOURCES_DIR.parents[1])}
-    stopped = subprocess.run(python, cwd=job, capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
+    out, before, ((stopped, after), (aside, _)) = requeued_runs["rejected"]
     assert stopped.returncode == 1, stopped.stderr[-3000:]
     assert f"no checkpoint in {out} can be resumed, so none was loaded and none deleted" in stopped.stderr
     assert "--set-aside-rejected moves them" in stopped.stderr and "Traceback" not in stopped.stderr
-    assert {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert after == before
 
-    aside = subprocess.run([*python, "--set-aside-rejected", "--max-steps", "2"], cwd=job, capture_output=True,
-                           text=True, timeout=TIMEOUT_S, env=env)  # fmt: skip
     assert aside.returncode == 0, aside.stderr[-3000:]
     (moved,) = out.glob("rejected-*")
     assert f"to {moved}: kept whole" in aside.stdout
-    assert {str(p.relative_to(moved)): p.read_bytes() for p in moved.rglob("*") if p.is_file()} == before
+    assert files(moved) == before
     assert json.loads((out / "result.json").read_text())["global_step"] == 2

@@ -429,6 +429,7 @@ def test_the_estimator_grid_runs_every_case_and_the_report_shows_it(tiny, tmp_pa
     assert json.loads((tmp_path / "out" / "gpu-proof.json").read_text()) == report
 
 
+@pytest.mark.slow
 def test_without_cuda_the_command_says_so_in_one_sentence_and_fails(tmp_path):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     done = subprocess.run(

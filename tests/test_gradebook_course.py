@@ -418,6 +418,7 @@ def test_a_roster_over_the_byte_bound_names_the_rows_that_would_read_it(tmp_path
     assert len(read_roster(path, "canvas", max_rows=1000).students) == 30
 
 
+@pytest.mark.slow
 def test_the_command_line_refuses_a_huge_roster_by_default_and_reads_it_with_the_flag(tmp_path):
     folder = tmp_path / "subs"
     write(folder, "a.ipynb", answered("03", "s-1"))

@@ -16,6 +16,8 @@ from test_install_cell import DISTRIBUTION, INSTALL_CELL, KIT_MODULES, KIT_URL, 
 from helpers import install
 from helpers.install import RUN_TIME_FLOORS, Broken, broken_requirements
 
+SLOW_FIXTURES = ("capped_runtime",)  # a venv built and pip run in it (conftest: every test that uses it is slow)
+
 
 def dist(site: Path, name: str, version: str, *requires: str) -> None:
     info = site / f"{name.replace('-', '_')}-{version}.dist-info"
@@ -123,7 +125,6 @@ def install_cell_in(capped_runtime, tmp_path, pins: str) -> tuple[subprocess.Com
     return done, versions.stdout.strip()
 
 
-@pytest.mark.slow
 def test_the_cell_keeps_a_runtime_library_that_caps_the_kits_dependency(capped_runtime, tmp_path):
     # pip alone takes sharedlib 2.0, the newest, and breaks capper; the mending call finds 1.6, which serves both
     done, versions = install_cell_in(capped_runtime, tmp_path, pins="")

@@ -26,6 +26,7 @@ from background import background
 from helpers._requirements import canonical_name, read_pins
 from helpers.maintainer.notebooks import BRANCH, DISTRIBUTION, INSTALL_CELL, NOTEBOOKS_DIR, REPO_ROOT, REPOSITORY
 
+SLOW_FIXTURES = ("runtime_template",)  # a venv, then pip in a copy of it per test (conftest: each user is slow)
 IPYNBS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
 KIT_URL = f"git+https://github.com/{REPOSITORY}.git@{BRANCH}"
 PINS_URL = f"https://raw.githubusercontent.com/{REPOSITORY}/{BRANCH}/requirements.txt"
@@ -278,7 +279,6 @@ RESTART = (
 )
 
 
-@pytest.mark.slow
 def test_pip_replacing_an_imported_library_stops_the_notebook_with_the_menu_to_click(runtime_template, tmp_path):
     # the old requirements.txt pinned what the runtime owns exactly (psutil==7.2.2): pip replaces it
     python, prelude = runtime(runtime_template, tmp_path, "loadedlib==2.0\nunloadedlib==2.0\n")

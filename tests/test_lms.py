@@ -144,6 +144,7 @@ def run_cli(*args):
     return subprocess.run(cmd, capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_command_line_exit_codes_and_nothing_half_written(tmp_path, subs):
     roster = write(tmp_path, "canvas.csv", CANVAS_ROSTER)
     out = tmp_path / "out" / "import.csv"

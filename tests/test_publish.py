@@ -20,6 +20,7 @@ from helpers.maintainer.notebooks import BRANCH, REPO_ROOT, REPOSITORY
 # what publish reads and writes, and what `python -m helpers` needs to start
 COPIED = ("helpers", "notebooks", "README.md", "colab_badges.md", "pyproject.toml", "requirements.txt")
 FORK, REF = "someone/fork", "v1"
+SLOW_FIXTURES = ("fork",)  # the command line publishing a copy of the kit (conftest: each user is slow)
 # links a README may carry to the kit (this one links colab_badges.md instead): publish must move them too
 README_LINKS = f"""
 [Open 00 in Colab](https://colab.research.google.com/github/{REPOSITORY}/blob/{BRANCH}/notebooks/00_where_to_get_gpus.ipynb)

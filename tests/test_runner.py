@@ -74,6 +74,7 @@ def test_empty_notebook_folder_is_a_usage_error(tmp_path):
         select(None, tmp_path)
 
 
+@pytest.mark.slow
 def test_failing_cell_is_printed_and_the_exit_code_says_so(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -94,6 +95,7 @@ def test_failing_cell_is_printed_and_the_exit_code_says_so(tmp_path):
     assert "## Failures" in (tmp_path / "out" / "summary.md").read_text()
 
 
+@pytest.mark.slow
 def test_parameters_with_arithmetic_comments_are_still_injected(tmp_path):
     """papermill's own parser skips `x = 16  # 1 x 16 = 16`; the runner reads the cell with ast."""
     from helpers.maintainer.execution import declared_parameters
@@ -378,6 +380,7 @@ def test_a_huge_error_control_characters_a_fifo_and_a_device_are_bounded_rows_an
     assert f"Put the notebook itself at {nbs / '03_x.ipynb'}, or move this out of {nbs}." in rows["03_x"]["error"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["03", "03_x.ipynb"], ids=["by-number", "by-path"])
 def test_a_fifo_named_on_the_command_line_is_refused_without_hanging(tmp_path, name):
     (tmp_path / "nbs").mkdir()

@@ -132,6 +132,7 @@ def test_a_token_refused_or_without_write_access_is_named(adapter, online, capsy
     assert out.startswith(f"not pushed to {REPO}: ") and cause in out and FAKE_TOKEN not in out
 
 
+@pytest.mark.slow
 def test_a_hub_that_stops_answering_mid_push_is_given_up_at_its_bound(adapter, online, capsys):
     online.setenv("HF_TOKEN", FAKE_TOKEN)
     online.setattr(share, "PUSH_TIMEOUT_S", 1.0)

@@ -187,6 +187,7 @@ def test_a_denied_secret_says_so_and_how_to_allow_it(session, name):
 
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.slow
 def test_a_store_that_never_answers_is_given_up_at_its_bound(session, monkeypatch, name):
     monkeypatch.setattr(tokens, "SECRET_TIMEOUT_S", 0.5)
     session("colab", STANDIN_COLAB={name: "<hangs>"})  # the stand-in sleeps 60 s

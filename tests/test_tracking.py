@@ -158,6 +158,7 @@ def test_no_key_goes_offline_at_once_and_prints_the_sync_command(sandbox, capsys
     assert dry.returncode == 0 and "Would sync 1 run" in dry.stdout + dry.stderr, dry.stdout + dry.stderr
 
 
+@pytest.mark.slow
 def test_a_run_per_seed_says_why_it_is_offline_once_then_one_line_a_run(sandbox, capsys):
     """Notebook 06 tracks one run per seed: the reason once, not three times."""
     lines = []
@@ -169,6 +170,7 @@ def test_a_run_per_seed_says_why_it_is_offline_once_then_one_line_a_run(sandbox,
     assert lines[1][0] == "wandb: offline (why: above)." and len(lines[1]) == 3, lines[1]
 
 
+@pytest.mark.slow
 def test_wandb_mode_offline_in_the_environment_is_honoured(sandbox, monkeypatch):
     monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
     monkeypatch.setenv("WANDB_MODE", "offline")
@@ -215,6 +217,7 @@ def test_kaggle_secret_is_found_when_there_is_no_colab(sandbox, monkeypatch):
     run.finish()
 
 
+@pytest.mark.slow
 def test_secret_stores_that_raise_or_hang_never_stop_the_run(sandbox, monkeypatch):
     def colab_get(name):
         raise SecretNotFoundError(f"Secret {name} does not exist.")
