@@ -265,9 +265,10 @@ def _wanted(items) -> list[str]:
 
 
 def pytest_collection_finish(session):
-    if _wanted(session.items) and not session.config.option.collectonly:
-        _start(_wanted(session.items))  # first: the lane's environment has none of the unit tests' warm process
-        if KERNEL_RUNS & set(_wanted(session.items)):  # the whole suite, not make test-fast (few kernels)
+    wanted = _wanted(session.items)
+    if wanted and not session.config.option.collectonly:
+        _start(wanted)  # first: the lane's environment has none of the unit tests' warm process
+        if KERNEL_RUNS & set(wanted):  # the whole suite, not make test-fast (few kernels)
             _warm_unit_test_kernels()
     # What collection imported (torch, transformers, every test module: millions of objects that live as long
     # as the session) leaves the garbage collector's view: each full collection walked them all again, about
