@@ -16,10 +16,16 @@ Names are global: two modules cannot both have a background fixture of one name.
 
 A job that needs another's value names it after `folder` and `env` (`def requeued(folder, env, two_node_runs)`):
 it gets that value, computed first (the lane runs jobs in the order they were defined) or raised again.
+
+Jobs run in a thread beside the tests, and CPython 3.11 keeps one depth counter for building `ast` trees per
+interpreter (python/cpython#106905): a job and a test parsing at once (export("08") in a job, a quick check's
+reader in a test) fail with "SystemError: AST constructor recursion depth mismatch". So `ast.parse` takes one
+lock in the tests' process, whichever thread calls it.
 """
 
 from __future__ import annotations
 
+import ast
 import inspect
 import os
 import tempfile
@@ -34,6 +40,15 @@ JOBS: dict[str, Callable[[Path, dict[str, str]], object]] = {}
 SECONDS: dict[str, float] = {}  # wall-clock of each job, for the suite's closing line (never asserted)
 _queued: dict[str, threading.Event] = {}
 _outcome: dict[str, tuple[bool, object]] = {}  # name -> (raised, value or the exception)
+_parse, _parsing = ast.parse, threading.RLock()  # re-entrant: a finalizer that parses may run inside a parse
+
+
+def _parse_alone(*args, **kwargs):
+    with _parsing:
+        return _parse(*args, **kwargs)
+
+
+ast.parse = _parse_alone
 
 
 def background(function: Callable[[Path, dict[str, str]], object]):

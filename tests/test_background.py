@@ -1,4 +1,7 @@
-"""tests/background.py: a background job that needs another's value gets it, or its error, and the order is checked."""
+"""tests/background.py: a job that needs another's value gets it, or its error; the order is checked; parses wait."""
+
+import ast
+import threading
 
 import background as lane
 import pytest
@@ -51,3 +54,14 @@ def test_a_job_that_names_a_job_defined_after_it_is_refused_where_it_is_defined(
 
     with pytest.raises(ValueError, match="early needs later: define that background fixture above it"):
         background(early)
+
+
+def test_a_parse_in_another_thread_waits_for_the_one_under_way():
+    """CPython 3.11's AST depth counter is one per interpreter (python/cpython#106905): a job's parse must wait."""
+    done = threading.Event()
+    with lane._parsing:  # a parse under way in this thread
+        job = threading.Thread(target=lambda: (ast.parse("x = [1, (2, 3)]"), done.set()))
+        job.start()
+        assert not done.wait(0.2)
+    assert done.wait(10)
+    job.join()
