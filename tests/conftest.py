@@ -5,18 +5,19 @@ really differs: `python -m helpers run --smoke` runs them all on this CPU (`note
 under a simulated T4 and a simulated Kaggle T4 x2 (`simulated_runs`, `helpers.simulate`; each
 takes the notebooks listed in `ONLY`). On a CPU the committed defaults fall back to the same
 embedded model as the smoke run and differ only in step counts: nbval runs them as committed in the
-runtime matrix (noxfile.py), on Colab's and Kaggle's Pythons. The runs start one after another in a
-background thread as soon as collection finds a test that needs them, so they use one core while
-the unit tests use the other; each fixture waits for its own run. Tests that read a run are marked
-`notebooks` (`make test-fast` deselects them). The embedded model's rebuild (`rebuilt_tiny_model`,
-for tests/test_models.py to compare with the shipped one) runs next in the same lane, then the
-fixtures that spend their time waiting on training processes (tests/background.py: the two-node
-job, the killed and resumed run, the two-rank sharding run, pip's dry run of the install cell), so
-the two lanes take about as long as each other; tests that use them are marked `slow`. The runs'
-kernels are forked from one process that has imported torch and transformers already
+runtime matrix (noxfile.py), on Colab's and Kaggle's Pythons. The runs are queued in the background lane
+(tests/background.py) as soon as collection finds a test that needs them, and each fixture waits for its
+own. The lane's first worker takes the runs in order, at the tests' priority; the embedded model's
+rebuild (`rebuilt_tiny_model`, for tests/test_models.py to compare with the shipped one) and the fixtures
+that spend their time on processes (the two-node job, the killed and resumed run, pip's dry run of the
+install cell) come last, and a second worker takes them from the back at once, at the lowest priority, so
+they use what the tests and the first worker leave idle; a third runs the fixtures that mostly wait out
+bounds (a Hub that stalls), so the tests do not wait them out one after another. Tests that read a run are
+marked `notebooks` (`make test-fast` deselects them); tests that use the rebuild or a background fixture,
+`slow`. The runs' kernels are forked from one process that has imported torch and transformers already
 (tests/warm_kernels.py: about 5 s of imports saved on each of 22 kernels; a kernel whose environment
-differs starts cold), and so are the kernels the unit tests start, from a process of their own. The suite's
-last line says what each background run took and how the kernels started.
+differs starts cold), and so are the kernels the unit tests start, from a process of their own. The
+suite's last line says what each background run took, which worker ran it, and how the kernels started.
 
 Two settings of the tests' own process, both for time: torch runs one thread in it and in everything it
 starts (two threads on a shared core spin-wait on each other), and what collection imported is frozen out of
@@ -40,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -101,7 +102,6 @@ class NotebookRun:
     out: Path
     results: dict = field(default_factory=dict)
     only: tuple[str, ...] = ()  # the notebooks it was asked to run, by number; () for all
-    seconds: float = 0.0  # wall-clock of the run, for the suite's closing summary (never asserted)
     planted_secrets: tuple[str, ...] = (FAKE_WANDB_KEY, FAKE_HF_TOKEN)
 
     @property
@@ -116,8 +116,6 @@ class NotebookRun:
         return [stem for stem in stems if not self.only or stem[:2] in self.only]
 
 
-_runs: dict[str, NotebookRun] = {}
-_done: dict[str, threading.Event] = {}
 _processes: list[subprocess.Popen] = []
 _warm: dict[str, str] = {}  # the variables that send the runs' kernels to the warm process (tests/warm_kernels.py)
 _unit_warm: dict[str, str] = {}  # the same for the kernels the unit tests start, at a process of their own
@@ -147,36 +145,52 @@ def _environment(out: Path, session: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _start_warm_kernels(session: dict[str, str]) -> subprocess.Popen:
-    """Start the process the runs' kernels are forked from, and wait (at most 2 minutes) until it listens.
+class _RunsKernels:
+    """The process the runs' kernels are forked from: started by the first run that starts kernels, killed once
+    the last is done (its memory back)."""
 
-    If it never does, every kernel starts cold, as in Jupyter, and says so on its stderr: slower, never wrong.
-    """
-    folder = Path(tempfile.mkdtemp(prefix="kit-warm-kernels-"))
-    process, variables = _serve_warm_kernels(folder, _environment(folder, session))
-    deadline = time.monotonic() + 120
-    while not (folder / "socket").exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    _warm.update(variables)
-    return process
+    def __init__(self):
+        self.lock, self.runs_left, self.process, self.tried = threading.Lock(), 0, None, False
+
+    @contextmanager
+    def serving(self, session: dict[str, str]):
+        with self.lock:  # a second run waits here while the first waits for the process to listen
+            if not self.tried:
+                self.tried = True
+                try:
+                    self.process = self._start(session)
+                except OSError:  # kernels then start cold, each saying why on its stderr
+                    pass
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.runs_left -= 1
+                if not self.runs_left and self.process:
+                    self.process.kill()
+                    self.process.wait()
+
+    @staticmethod
+    def _start(session: dict[str, str]) -> subprocess.Popen:
+        """Start the warm process and wait (at most 2 minutes) until it listens. If it never does, every kernel
+        starts cold, as in Jupyter, and says so on its stderr: slower, never wrong."""
+        folder = Path(tempfile.mkdtemp(prefix="kit-warm-kernels-"))
+        process, variables = warm_kernels.start(folder, _environment(folder, session))
+        _processes.append(process)
+        warm_kernels.wait_listening(folder, process)
+        _warm.update(variables)
+        return process
 
 
-def _serve_warm_kernels(folder: Path, env: dict[str, str]) -> tuple[subprocess.Popen, dict[str, str]]:
-    """A warm process (tests/warm_kernels.py) for kernels started with `env`; the variables that point them at it."""
-    variables = warm_kernels.kernelspec(folder) | {warm_kernels.SOCKET_VARIABLE: str(folder / "socket")}
-    command = [sys.executable, warm_kernels.__file__, "serve", str(folder / "socket")]
-    with (folder / "log.txt").open("w") as log:
-        process = subprocess.Popen(command, env=env | variables, stdout=log, stderr=log)
-    _processes.append(process)
-    return process, variables
+_runs_kernels = _RunsKernels()
 
 
 def _warm_unit_test_kernels() -> None:
-    """Point the kernels the unit tests start (the runner's, gpu-proof's, the quick checks') at a warm process
-    of their own, started with this process's environment: a test that changes a variable the imports read gets
-    a cold kernel. Kernels that start before it listens start cold too."""
-    folder = Path(tempfile.mkdtemp(prefix="kit-warm-kernels-unit-"))
-    _, variables = _serve_warm_kernels(folder, dict(os.environ))
+    """Point the kernels the unit tests and the background fixtures start (the runner's, gpu-proof's, the quick
+    checks') at a warm process of their own, started with this process's environment: a test that changes a
+    variable the imports read gets a cold kernel. Kernels that start before it listens start cold too."""
+    process, variables = warm_kernels.start(Path(tempfile.mkdtemp(prefix="kit-warm-kernels-unit-")), dict(os.environ))
+    _processes.append(process)
     os.environ.update(variables)
     _unit_warm.update(variables)
 
@@ -197,8 +211,7 @@ def _execute(name: str, session: dict[str, str]) -> NotebookRun:
         command, only = [*build, "--losses", str(out / "losses.json")], ()
     if name in CAPSTONE_RERUNS:
         command, only = _capstone_rerun(name, out, environment), ("08",)
-        cwd = out if name == "08-long" else _runs["cpu"].out / "work" / "08_capstone"  # the cpu run's folder
-    start = time.perf_counter()
+        cwd = out if name == "08-long" else background.LANE.value("cpu").out / "work" / "08_capstone"  # cpu's folder
     with (out / "stdout.txt").open("w+") as stdout, (out / "stderr.txt").open("w+") as stderr:
         process = subprocess.Popen(command, stdout=stdout, stderr=stderr, env=environment, cwd=cwd)
         _processes.append(process)
@@ -209,7 +222,6 @@ def _execute(name: str, session: dict[str, str]) -> NotebookRun:
             process.wait()
         stdout.seek(0), stderr.seek(0)
         run = NotebookRun(process.returncode, stdout.read(), stderr.read(), out, only=only)
-    run.seconds = time.perf_counter() - start
     run.results = {p.stem: json.loads(p.read_text()) for p in sorted((out / "results").glob("*.json"))}
     return run
 
@@ -226,50 +238,45 @@ def _capstone_rerun(name: str, out: Path, environment: dict[str, str]) -> list[s
 
 
 def _start(names: list[str]) -> None:
-    """Run `names` one after another in a thread: notebook runs (`_execute`), then background fixtures."""
-    background.queue([name for name in names if name in background.JOBS])
-    for name in names:
-        if name not in background.JOBS:
-            _done.setdefault(name, threading.Event())
-    # the environment now, before any test runs: the runs start later, one after another, while the unit
-    # tests set and unset variables (monkeypatch) and start wandb in this process (WANDB_SERVICE)
+    """Queue `names` in the background lane (tests/background.py) and start its workers: the notebook runs
+    (`_execute`) in order, those that start kernels in the first worker only, the background fixtures last."""
+    # the environment now, before any test runs: the runs start later, while the unit tests set and unset
+    # variables (monkeypatch) and start wandb in this process (WANDB_SERVICE)
     session = dict(os.environ)
 
-    def work():
-        warm = None
-        if KERNEL_RUNS & set(names):
-            try:
-                warm = _start_warm_kernels(session)
-            except OSError:  # kernels then start cold, each saying why on its stderr
-                pass
-        for name in names:
-            if name in background.JOBS:
-                background.run(name, session)
-                continue
-            try:
-                _runs[name] = _execute(name, session)
-            finally:
-                _done[name].set()
-            if warm and not KERNEL_RUNS & set(names[names.index(name) + 1 :]):
-                warm.kill()  # its memory back once the last kernel is done
-                warm.wait()
-                warm = None
+    def task(name: str):
+        if name in background.JOBS:
+            return background.job(name, session)
+        if name in KERNEL_RUNS:
+            return lambda: _kernel_run(name, session)
+        return lambda: _execute(name, session)
 
-    threading.Thread(target=work, daemon=True).start()
+    tasks = {name: task(name) for name in names}
+    added = background.LANE.queue(tasks, stealable=set(names) - KERNEL_RUNS, timed=background.TIMED & set(names))
+    with _runs_kernels.lock:
+        _runs_kernels.runs_left += len(KERNEL_RUNS.intersection(added))
+    if added:
+        background.LANE.start()
+
+
+def _kernel_run(name: str, session: dict[str, str]) -> NotebookRun:
+    with _runs_kernels.serving(session):
+        return _execute(name, session)
 
 
 def _wanted(items) -> list[str]:
     """The runs the collected tests read, in the lane's order; the background fixtures they use come last."""
     used = {f for item in items for f in getattr(item, "fixturenames", ())}
-    return [run for f in FIXTURES if f in used for run in FIXTURES[f]] + [f for f in background.JOBS if f in used]
+    return [run for f in FIXTURES if f in used for run in FIXTURES[f]] + background.in_lane_order(used)
 
 
 def pytest_collection_finish(session):
     wanted = _wanted(session.items)
     if wanted and not session.config.option.collectonly:
-        _start(wanted)  # first: the lane's environment has none of the unit tests' warm process
         if KERNEL_RUNS & set(wanted):  # the whole suite, not make test-fast (few kernels)
-            _warm_unit_test_kernels()
+            _warm_unit_test_kernels()  # first: the background fixtures' kernels are forked there too (the
+            # runs' own go to the runs' warm process, whose variables `_environment` puts over these)
+        _start(wanted)
     # What collection imported (torch, transformers, every test module: millions of objects that live as long
     # as the session) leaves the garbage collector's view: each full collection walked them all again, about
     # a quarter of the unit tests' time (40 s of make test-fast's 145). Anything a test creates is still
@@ -301,28 +308,25 @@ def pytest_sessionfinish(session):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """One line: what each background run cost its core, to see where the suite's time goes."""
-    if _runs or background.SECONDS:
-        seconds = {name: run.seconds for name, run in _runs.items()} | background.SECONDS
-        costs = ", ".join(f"{name} {s:.0f} s" for name, s in seconds.items())
-        served, unit = _served(), _served(_unit_warm)
+    """One line: what each background run took and who ran it, to see where the suite's time goes."""
+    if background.LANE.seconds:
+        by_thread: dict[str, list[str]] = {}
+        for name, seconds in background.LANE.seconds.items():
+            by_thread.setdefault(background.LANE.ran_by[name], []).append(f"{name} {seconds:.0f} s")
+        costs = "; ".join(f"{WORKERS.get(who, 'the tests')}: {', '.join(runs)}" for who, runs in by_thread.items())
+        served, unit = warm_kernels.served(_warm), warm_kernels.served(_unit_warm)
         kernels = f"; their kernels: {served['warm']} forked warm, {served['cold']} started cold" if _warm else ""
         if _unit_warm:
             kernels += f"; the unit tests' kernels: {unit['warm']} forked warm, {unit['cold']} started cold"
-        terminalreporter.write_line(f"background runs, one after another on one core: {costs}{kernels}")
+        terminalreporter.write_line(f"background runs, by who ran them: {costs}{kernels}")
 
 
-def _served(variables: dict[str, str] = _warm) -> dict[str, int]:
-    """How many kernels a warm process forked, and how many it sent to start cold (the runs' by default)."""
-    served = Path(variables.get(warm_kernels.SOCKET_VARIABLE, "none") + ".served")
-    return json.loads(served.read_text()) if served.exists() else {"warm": 0, "cold": 0}
+WORKERS = {"lane": "first worker", "lane-back": "second worker", "lane-timed": "third worker"}
 
 
 def _wait(name: str) -> NotebookRun:
-    if name not in _done:  # collected late (e.g. by a plugin): run it now
-        _start([name])
-    _done[name].wait()
-    return _runs[name]
+    _start([name])  # collected late (e.g. by a plugin): queued now; a run already queued keeps its place
+    return background.LANE.value(name)
 
 
 # What the kit's setup writes into the student's process: helpers.start pins the card and asks for expandable
@@ -380,7 +384,7 @@ def capstone_reruns() -> dict[str, NotebookRun]:
 @pytest.fixture(scope="session")
 def background_kernels(notebook_run, simulated_runs, capstone_reruns) -> dict[str, int]:
     """Once every run that starts kernels is done: {"warm": kernels forked warm, "cold": kernels started cold}."""
-    return _served()
+    return warm_kernels.served(_warm)
 
 
 @pytest.fixture(scope="session")

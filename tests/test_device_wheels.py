@@ -17,8 +17,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from background import background
 
 ROOT = Path(__file__).resolve().parents[1]
+SLOW_FIXTURES = ("preflight_without_cuda",)  # pip and the preflight, in the background lane (conftest: slow)
 spec = importlib.util.spec_from_file_location("build_device_wheels", ROOT / "scripts" / "build_device_wheels.py")
 bdw = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bdw)
@@ -141,16 +143,21 @@ def test_the_device_script_says_what_to_do_without_its_wheels(tmp_path):
     assert done.returncode != 0 and "give the output folder" in done.stderr
 
 
-@pytest.mark.slow
-def test_the_device_script_fails_its_preflight_fast_and_says_why(tmp_path):
-    """No CUDA where the script expects a card: exit 2 before anything slow, the reason kept in preflight.txt."""
-    wheels = tmp_path / "wheels"
+@background
+def preflight_without_cuda(folder: Path, env: dict[str, str]) -> tuple[subprocess.CompletedProcess, Path]:
+    """The device script where it expects a card and this machine has none (installs its wheels first: about
+    15 s); (its result, its output folder)."""
+    wheels = folder / "wheels"
     wheels.mkdir()
     bdw.kit_metadata_wheel(wheels)
-    env = {**os.environ, "DEVICE_WHEELS": str(wheels), "DEVICE_SITE": str(tmp_path / "site")}
+    env = {**env, "DEVICE_WHEELS": str(wheels), "DEVICE_SITE": str(folder / "site")}
     env |= {"DEVICE_PYTHON": sys.executable, "DEVICE_MODE": "gpu", "PYTHONPATH": ""}
-    out = tmp_path / "out"
-    done = _script(str(out), env=env)
+    return _script(str(folder / "out"), env=env), folder / "out"
+
+
+def test_the_device_script_fails_its_preflight_fast_and_says_why(preflight_without_cuda):
+    """No CUDA where the script expects a card: exit 2 before anything slow, the reason kept in preflight.txt."""
+    done, out = preflight_without_cuda
     assert done.returncode == 2, done.stdout + done.stderr
     preflight = (out / "preflight.txt").read_text()
     assert "preflight: failed" in preflight and "nothing else was run" in done.stdout

@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
-from background import background
+from background import background, write_executable
 from safetensors.torch import load_file
 
 from helpers._checksums import sha256_file
@@ -212,8 +212,7 @@ def fake_slurm(folder: Path, srun: str = FAKE_SRUN) -> Path:
     """A folder holding a FAKE srun and a FAKE scontrol (Slurm cannot run here), to put first on PATH."""
     folder.mkdir(exist_ok=True)
     for name, text in (("srun", srun), ("scontrol", FAKE_SCONTROL)):
-        (folder / name).write_text(text)
-        (folder / name).chmod(0o755)
+        write_executable(folder / name, text)
     return folder
 
 
@@ -285,9 +284,8 @@ def test_launch_sh_is_a_torchrun_command_its_own_parser_reads(tmp_path, env, nod
     fake = tmp_path / "bin"
     fake.mkdir()
     # a FAKE torchrun: what it was given, NUL-separated, and the precision launch.sh exported for train.py
-    (fake / "torchrun").write_text(f"#!/bin/bash\nprintf '%s\\0' \"$@\" > {tmp_path}/args\n"
-                                   f'echo "$ACCELERATE_MIXED_PRECISION" > {tmp_path}/precision\n')  # fmt: skip
-    (fake / "torchrun").chmod(0o755)
+    write_executable(fake / "torchrun", f"#!/bin/bash\nprintf '%s\\0' \"$@\" > {tmp_path}/args\n"
+                                        f'echo "$ACCELERATE_MIXED_PRECISION" > {tmp_path}/precision\n')  # fmt: skip
     clean = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in LAUNCH_VARIABLES}
     done = subprocess.run(["bash", "launch.sh", "--max-steps", "7"], cwd=tmp_path, capture_output=True, text=True,
                           env=clean | {"PATH": f"{fake}:{os.environ['PATH']}"} | env)  # fmt: skip
@@ -336,8 +334,11 @@ def launch(job: Path, out: Path, log: Path, job_id: int, base: dict[str, str], r
 
 def kill_tree(process: subprocess.Popen) -> None:
     """SIGKILL the job and every process under it (srun, the launchers, the ranks): torchrun starts its ranks in their
-    own groups."""
-    tree = [process.pid] + [p.pid for p in psutil.Process(process.pid).children(recursive=True)]
+    own groups. A job that has already ended has nothing left to kill."""
+    try:
+        tree = [process.pid] + [p.pid for p in psutil.Process(process.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:  # ended and reaped (poll() saw it end)
+        tree = []
     for pid in tree:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)

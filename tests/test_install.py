@@ -11,12 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from background import background
 from test_install_cell import DISTRIBUTION, INSTALL_CELL, KIT_MODULES, KIT_URL, PINS_URL, run_cells, write_wheel
 
 from helpers import install
 from helpers.install import RUN_TIME_FLOORS, Broken, broken_requirements
 
-SLOW_FIXTURES = ("capped_runtime",)  # a venv built and pip run in it (conftest: every test that uses it is slow)
+SLOW_FIXTURES = ("capped_runtime",)  # a venv built and pip run in it, in the background lane (conftest: slow)
 
 
 def dist(site: Path, name: str, version: str, *requires: str) -> None:
@@ -79,10 +80,9 @@ subprocess.run = pip_offline
 """
 
 
-@pytest.fixture(scope="module")
-def capped_runtime(tmp_path_factory):
+@background
+def capped_runtime(root: Path, env: dict[str, str]) -> Path:
     """A venv with capper 1.0 (needs sharedlib<2.0), sharedlib 1.0, torchao 0.10.0; newer wheels and the kit."""
-    root = tmp_path_factory.mktemp("capped")
     wheels = root / "wheels"
     wheels.mkdir()
     for version in ("1.0", "1.6", "2.0"):
@@ -91,7 +91,7 @@ def capped_runtime(tmp_path_factory):
     for version in ("0.10.0", RUN_TIME_FLOORS["torchao"][0]):
         write_wheel(wheels, "torchao", version)
     write_wheel(wheels, DISTRIBUTION, "0.1.0", ("sharedlib>=1.5",), KIT_MODULES)
-    subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], check=True, timeout=120, env=env)
     pip = [
         str(root / "venv" / "bin" / "python"),
         "-m",
@@ -102,7 +102,7 @@ def capped_runtime(tmp_path_factory):
         "--find-links",
         str(wheels),
     ]
-    subprocess.run([*pip, "capper==1.0", "sharedlib==1.0", "torchao==0.10.0"], check=True, timeout=120)
+    subprocess.run([*pip, "capper==1.0", "sharedlib==1.0", "torchao==0.10.0"], check=True, timeout=120, env=env)
     return root
 
 

@@ -26,7 +26,8 @@ from background import background
 from helpers._requirements import canonical_name, read_pins
 from helpers.maintainer.notebooks import BRANCH, DISTRIBUTION, INSTALL_CELL, NOTEBOOKS_DIR, REPO_ROOT, REPOSITORY
 
-SLOW_FIXTURES = ("runtime_template",)  # a venv, then pip in a copy of it per test (conftest: each user is slow)
+# a venv, then pip in a copy of it per test; a probe's 10 s bound waited out (the background lane; conftest: slow)
+SLOW_FIXTURES = ("runtime_template", "kaggle_lookup_hangs")
 IPYNBS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
 KIT_URL = f"git+https://github.com/{REPOSITORY}.git@{BRANCH}"
 PINS_URL = f"https://raw.githubusercontent.com/{REPOSITORY}/{BRANCH}/requirements.txt"
@@ -89,12 +90,16 @@ def run_cells(
     env: dict | None = None,
     sys_path: tuple[str, ...] = (),
     python: str = sys.executable,
+    session: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
-    """Run `cells` in order in a fresh `python`, after `prelude`; `kit_visible=False` hides site-packages."""
+    """Run `cells` in order in a fresh `python`, after `prelude`; `kit_visible=False` hides site-packages. Its
+    environment: `session` (os.environ by default; a background job passes its own) and `env` on top."""
     script = tmp_path / "cells.py"
     body = "".join(f"exec(compile({c!r}, 'cell {i}', 'exec'))\n" for i, c in enumerate(cells))
     script.write_text(f"import sys\nsys.path[:0] = {list(sys_path)!r}\n{prelude}\n{body}print('CELLS DONE')\n")
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("KAGGLE_", "COLAB_"))}
+    base = {
+        k: v for k, v in (os.environ if session is None else session).items() if not k.startswith(("KAGGLE_", "COLAB_"))
+    }
     base.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}, **(env or {}))
     flags = [] if kit_visible else ["-S", "-s"]  # -S: no site-packages, so neither the kit nor torch
     # cwd is a scratch folder: `helpers` must come from the installed kit, not from the checkout
@@ -147,16 +152,22 @@ def test_kaggle_without_internet_says_how_to_switch_it_on_at_once(tmp_path):
     assert [still_running for _, still_running in joins(done)] == [False], done.stdout
 
 
-@pytest.mark.slow
-def test_kaggle_with_a_name_lookup_that_never_answers_says_so_within_the_probes_bound(tmp_path):
+@background(timed=True)
+def kaggle_lookup_hangs(folder: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """The install cell on Kaggle where the name lookup never answers: it waits out its probe's bound (10 s)."""
     hangs = "import socket, time\nsocket.create_connection = lambda *a, **k: time.sleep(3600)\n"
-    done = run_cells(  # timeout=120 in run_cells: a probe that waited for the lookup fails the test there
+    return run_cells(  # timeout=120 in run_cells: a probe that waited for the lookup fails the test there
         [INSTALL_CELL],
-        tmp_path,
+        folder,
         prelude=GUARD + hangs + JOINS,
         kit_visible=False,
         env={"KAGGLE_KERNEL_RUN_TYPE": "Batch"},
+        session=env,
     )
+
+
+def test_kaggle_with_a_name_lookup_that_never_answers_says_so_within_the_probes_bound(kaggle_lookup_hangs):
+    done = kaggle_lookup_hangs
     assert done.returncode != 0 and "This Kaggle session has no internet" in done.stderr, done.stderr
     assert "GUARD" not in done.stderr, "pip must not run when the probe already failed"
     # an order, not a duration: the cell gave up on the probe while the lookup was still hanging,
@@ -247,20 +258,19 @@ def write_wheel(
     return path
 
 
-@pytest.fixture(scope="module")
-def runtime_template(tmp_path_factory):
+@background
+def runtime_template(root: Path, env: dict[str, str]) -> tuple[Path, Path]:
     """A venv with pip and loadedlib 1.0 and unloadedlib 1.0; a folder of wheels with their 2.0 and the kit."""
-    root = tmp_path_factory.mktemp("runtime")
     wheels = root / "wheels"
     wheels.mkdir()
     for lib in ("loadedlib", "unloadedlib"):
         for version in ("1.0", "2.0"):
             write_wheel(wheels, lib, version)
     kit = write_wheel(wheels, DISTRIBUTION, "0.1.0", FAKE_KIT_REQUIRES, KIT_MODULES)
-    subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], check=True, timeout=120, env=env)
     python = root / "venv" / "bin" / "python"
     pip = [str(python), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheels)]
-    subprocess.run([*pip, "loadedlib==1.0", "unloadedlib==1.0"], check=True, timeout=120)
+    subprocess.run([*pip, "loadedlib==1.0", "unloadedlib==1.0"], check=True, timeout=120, env=env)
     return root, kit
 
 

@@ -4,9 +4,11 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
+from background import background
 from fake_servers import COMMIT, fake_hub, silent_server
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -15,6 +17,7 @@ from helpers import models
 from helpers.models import EMBEDDED_DIR, is_embedded, load_model
 
 REPO = EMBEDDED_DIR.parents[2]
+SLOW_FIXTURES = ("hub_loads",)  # loads from fake Hubs that stall, in the background lane (conftest: slow)
 
 
 def test_embedded_model_is_a_small_llama_that_trains():
@@ -225,9 +228,10 @@ print("RESULT " + json.dumps(result))
 """
 
 
-def load_through(endpoint: str, model_id: str, tmp_path, **constants) -> tuple[dict, str]:
-    """load_model(model_id) in a fresh process against the Hub at `endpoint`: (result, what it printed)."""
-    environment = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_TOKEN")}
+def load_through(endpoint: str, model_id: str, tmp_path, session=None, **constants) -> tuple[dict, str]:
+    """load_model(model_id) in a fresh process against the Hub at `endpoint`: (result, what it printed). Its
+    environment: `session` (os.environ by default; a background job passes its own) with the Hub's variables."""
+    environment = {k: v for k, v in (session or os.environ).items() if k not in ("HF_HUB_OFFLINE", "HF_TOKEN")}
     environment.update(HF_ENDPOINT=endpoint, HF_HOME=str(tmp_path / "hf-home"), HF_HUB_DISABLE_TELEMETRY="1")
     done = subprocess.run(
         [sys.executable, "-c", LOAD, model_id, json.dumps(constants)],
@@ -242,10 +246,41 @@ def load_through(endpoint: str, model_id: str, tmp_path, **constants) -> tuple[d
     return json.loads(line.removeprefix("RESULT ")), done.stdout
 
 
-@pytest.mark.slow
-def test_a_hub_that_accepts_and_never_answers_falls_back_in_seconds(tmp_path):
+# the bounded waits of a load from a Hub that answers everything: the answer check, the file list, the files
+WAITS = [
+    ["ask", models.HUB_TIMEOUT_S, "returned"],
+    ["model_info", models.HUB_METADATA_TIMEOUT_S, "returned"],
+    ["download_all", models.HUB_DOWNLOAD_TIMEOUT_S, "returned"],
+]
+STRAY = f"/kit-tests/tiny/resolve/{COMMIT}/"  # where transformers looked for an adapter, unbounded
+# a Hub that stalls at one step: (model id, the path that hangs, the bound lowered for the test)
+STALLS = {
+    "file list": ("kit-tests/tiny", "/api/models/", {"HUB_METADATA_TIMEOUT_S": 1.0}),
+    "weights": ("kit-tests/tiny", "/kit-tests/tiny/resolve/main/model.", {"HUB_DOWNLOAD_TIMEOUT_S": 2.0}),
+    "course model": ("HuggingFaceTB/SmolLM2-135M", "/HuggingFaceTB/", {"HUB_DOWNLOAD_TIMEOUT_S": 2.0}),
+}
+
+
+@background(timed=True)
+def hub_loads(folder: Path, env: dict[str, str]) -> dict[str, tuple]:
+    """Each Hub below, one load in a process of its own, one after another (about 30 s, mostly bounds waited
+    out): {case: (result, printed, the paths the Hub was asked for)}."""
+    loads = {}
     with silent_server() as url:  # the bound lowered from HUB_TIMEOUT_S's 5 s to 1 s: the same wait, shorter
-        result, printed = load_through(url, "HuggingFaceTB/SmolLM2-135M", tmp_path, HUB_TIMEOUT_S=1.0)
+        result, printed = load_through(url, "HuggingFaceTB/SmolLM2-135M", folder / "silent", env, HUB_TIMEOUT_S=1.0)
+        loads["silent"] = (result, printed, [])
+    # (the Hub's model, the model asked for, the path that hangs, the bounds), by case
+    hubs = {"fetched": ("kit-tests/tiny", "kit-tests/tiny", STRAY, {})}
+    hubs |= {case: (model_id, model_id, hang, bounds) for case, (model_id, hang, bounds) in STALLS.items()}
+    hubs["typo"] = ("kit-tests/tiny", "kit-tests/tiny-typo", None, {})
+    for case, (served, asked, hang, bounds) in hubs.items():
+        with fake_hub(served, EMBEDDED_DIR, hang=(hang,) if hang else ()) as (url, requests):
+            loads[case] = (*load_through(url, asked, folder / case, env, **bounds), list(requests))
+    return loads
+
+
+def test_a_hub_that_accepts_and_never_answers_falls_back_in_seconds(hub_loads):
+    result, printed, _ = hub_loads["silent"]
     assert result["embedded"], result
     assert "the Hugging Face Hub cannot be reached" in printed
     # the answer check was the one wait, and it gave up at its bound: then the embedded model, from disk
@@ -254,42 +289,22 @@ def test_a_hub_that_accepts_and_never_answers_falls_back_in_seconds(tmp_path):
     print(f"\nfell back to the embedded model after {result['seconds']:.1f} s")
 
 
-# the bounded waits of a load from a Hub that answers everything: the answer check, the file list, the files
-WAITS = [
-    ["ask", models.HUB_TIMEOUT_S, "returned"],
-    ["model_info", models.HUB_METADATA_TIMEOUT_S, "returned"],
-    ["download_all", models.HUB_DOWNLOAD_TIMEOUT_S, "returned"],
-]
-
-
-@pytest.mark.slow
-def test_a_hub_model_is_fetched_then_loaded_with_no_further_request(tmp_path):
-    stray = f"/kit-tests/tiny/resolve/{COMMIT}/"  # where transformers looked for an adapter, unbounded
-    with fake_hub("kit-tests/tiny", EMBEDDED_DIR, hang=(stray,)) as (url, requests):
-        result, _ = load_through(url, "kit-tests/tiny", tmp_path)
+def test_a_hub_model_is_fetched_then_loaded_with_no_further_request(hub_loads):
+    result, _, requests = hub_loads["fetched"]
     assert result == {"embedded": False, "name": "kit-tests/tiny", "seconds": result["seconds"], "waits": WAITS}
     fetched = {r.split("/resolve/main/")[-1] for r in requests if "/resolve/main/" in r}
     assert fetched == set(models.EMBEDDED_FILES) | {"generation_config.json"}
-    assert not [r for r in requests if stray in r], requests
+    assert not [r for r in requests if STRAY in r], requests
 
 
-@pytest.mark.parametrize(
-    ("model_id", "hang", "constants", "expected"),
-    [
-        ("kit-tests/tiny", "/api/models/", {"HUB_METADATA_TIMEOUT_S": 1.0}, "HUB_METADATA_TIMEOUT_S"),
-        ("kit-tests/tiny", "/kit-tests/tiny/resolve/main/model.", {"HUB_DOWNLOAD_TIMEOUT_S": 2.0}, "now 2 s"),
-        ("HuggingFaceTB/SmolLM2-135M", "/HuggingFaceTB/", {"HUB_DOWNLOAD_TIMEOUT_S": 2.0}, "EMBEDDED"),
-    ],
-    ids=["file list", "weights", "course model"],
-)
-@pytest.mark.slow
-def test_a_hub_that_stalls_midway_is_given_up_on_in_bounded_time(tmp_path, model_id, hang, constants, expected):
-    with fake_hub(model_id, EMBEDDED_DIR, hang=(hang,)) as (url, _):
-        result, printed = load_through(url, model_id, tmp_path, **constants)
-    if expected == "EMBEDDED":  # a course model: the embedded one, with the reason on screen
+@pytest.mark.parametrize("case", STALLS)
+def test_a_hub_that_stalls_midway_is_given_up_on_in_bounded_time(hub_loads, case):
+    (model_id, _, constants), (result, printed, _) = STALLS[case], hub_loads[case]
+    if case == "course model":  # a course model: the embedded one, with the reason on screen
         assert result["embedded"] and "the Hugging Face Hub stopped answering" in printed, printed
     else:
         assert f"Could not download '{model_id}': the Hugging Face Hub stopped answering" in result["error"]
+        expected = {"file list": "HUB_METADATA_TIMEOUT_S", "weights": "now 2 s"}[case]
         assert expected in result["error"] and "smoke=True" in result["error"]
     # the stalled step gave up at the bound it was given, after the steps before it returned
     ((name, bound),) = constants.items()
@@ -298,10 +313,8 @@ def test_a_hub_that_stalls_midway_is_given_up_on_in_bounded_time(tmp_path, model
     print(f"\ngave up after {result['seconds']:.1f} s ({name} = {bound:g} s)")
 
 
-@pytest.mark.slow
-def test_a_model_the_hub_does_not_have_is_named(tmp_path):
-    with fake_hub("kit-tests/tiny", EMBEDDED_DIR) as (url, _):
-        result, _ = load_through(url, "kit-tests/tiny-typo", tmp_path)
+def test_a_model_the_hub_does_not_have_is_named(hub_loads):
+    result, _, _ = hub_loads["typo"]
     assert result["error"].startswith("Could not load 'kit-tests/tiny-typo': RepositoryNotFoundError")
     assert "Check the model id on huggingface.co" in result["error"]
 

@@ -10,8 +10,10 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from background import background
 
 from helpers.__main__ import main
 from helpers.maintainer import badges, notebooks, publish
@@ -28,17 +30,16 @@ README_LINKS = f"""
 """
 
 
-def kit(root, *args):
+def kit(root, *args, env: dict[str, str] | None = None):
     """`python -m helpers ARGS` with `root` as the working tree: `helpers` is imported from there."""
     return subprocess.run(
-        [sys.executable, "-m", "helpers", *args], cwd=root, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "helpers", *args], cwd=root, capture_output=True, text=True, timeout=300, env=env
     )
 
 
-@pytest.fixture(scope="module")
-def fork(tmp_path_factory):
+@background
+def fork(root: Path, env: dict[str, str]):
     """A copy of the kit, published as someone/fork at v1 by the command line; (root, the command's result)."""
-    root = tmp_path_factory.mktemp("fork")
     skip = shutil.ignore_patterns("__pycache__", "build", "wandb", "*.egg-info", ".ipynb_checkpoints")
     for name in COPIED:
         source = REPO_ROOT / name
@@ -47,7 +48,7 @@ def fork(tmp_path_factory):
         else:
             shutil.copy(source, root / name)
     (root / "README.md").write_text((root / "README.md").read_text() + README_LINKS)
-    return root, kit(root, "publish", "--repo", FORK, "--ref", REF)
+    return root, kit(root, "publish", "--repo", FORK, "--ref", REF, env=env)
 
 
 def test_publish_leaves_no_trace_of_the_old_repository(fork):

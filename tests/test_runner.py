@@ -13,16 +13,25 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from background import background
 
 from helpers._util import NotRegularFile, read_regular_file
 from helpers.maintainer import execution, failures, runner
 from helpers.maintainer.notebooks import NOTEBOOKS_DIR
 from helpers.maintainer.runner import UsageError, run, select
 
+# notebooks that fail, hang, orphan processes or attack the runner, run in the background lane (conftest: slow)
+SLOW_FIXTURES = ("failing_notebooks", "orphaning_notebooks", "hostile_notebooks")
 
-def run_cli(*args, cwd=None, timeout=600):
+
+def run_cli(*args, cwd=None, timeout=600, env=None):
     return subprocess.run(
-        [sys.executable, "-m", "helpers", "run", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd
+        [sys.executable, "-m", "helpers", "run", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env=env,
     )
 
 
@@ -135,8 +144,10 @@ def write_notebooks(folder, sources: dict) -> None:
 RUNS_AFTER = ["import helpers\nhelpers.record('ran', True)"]
 
 
-@pytest.mark.slow
-def test_a_dead_kernel_a_hanging_cell_and_a_corrupt_file_are_failed_rows_and_the_rest_still_runs(tmp_path):
+@background(timed=True)
+def failing_notebooks(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.CompletedProcess, Path]:
+    """A kernel that dies, a corrupt file, a cell that hangs past --cell-timeout 3, then one that runs (about
+    10 s, mostly the hanging cell's bound): (the runner's result, its folder)."""
     finished = tmp_path / "finished"  # written by the hanging cell if it is ever let finish
     hang = f"import time\ntime.sleep(60)  # a cell that hangs, 20 x --cell-timeout\nopen({str(finished)!r}, 'w')"
     write_notebooks(
@@ -148,7 +159,14 @@ def test_a_dead_kernel_a_hanging_cell_and_a_corrupt_file_are_failed_rows_and_the
             "04_runs_after": RUNS_AFTER,
         },
     )
-    done = run_cli("--notebooks", str(tmp_path / "nbs"), "--out", str(tmp_path / "out"), "--cell-timeout", "3")
+    return run_cli(
+        "--notebooks", str(tmp_path / "nbs"), "--out", str(tmp_path / "out"), "--cell-timeout", "3", env=env
+    ), tmp_path
+
+
+def test_a_dead_kernel_a_hanging_cell_and_a_corrupt_file_are_failed_rows_and_the_rest_still_runs(failing_notebooks):
+    done, tmp_path = failing_notebooks
+    finished = tmp_path / "finished"
     # an order, not a duration: the hanging cell was stopped before its 60 s were up; a runner that
     # ignored --cell-timeout 3 (or stopped it at a bound of a minute or more) would let it write `finished`
     assert not finished.exists(), "the hanging cell was let run to its end: --cell-timeout did not stop it"
@@ -222,7 +240,7 @@ def test_an_interrupt_still_writes_the_summary(tmp_path, sig, code):
     assert not _alive(int(child.read_text())), "a process the interrupted notebook started is still running"
 
 
-def background(tag: str, folder: Path) -> str:
+def starts_orphans(tag: str, folder: Path) -> str:
     """A cell that starts two processes it never waits for, each in a session of its own, and writes their pids."""
     return (
         f"!setsid nohup sleep 600 > /dev/null 2>&1 & echo $! > {folder / (tag + '.shell')}\n"
@@ -232,23 +250,30 @@ def background(tag: str, folder: Path) -> str:
     )
 
 
-@pytest.mark.slow
-def test_no_process_a_notebook_starts_outlives_it_whether_it_passes_fails_or_times_out(tmp_path):
+@background(timed=True)
+def orphaning_notebooks(tmp_path: Path, env: dict[str, str]):
+    """Notebooks that start processes they never wait for, one failing, one past --cell-timeout 5 (about 12 s):
+    (the runner's result, its folder, {pid file: pid}, the pids still alive the moment it returned)."""
     pids = tmp_path / "pids"
     pids.mkdir()
     notebooks = {
-        "01_passes": [background("01", pids), "x = 1"],
-        "02_fails": [background("02", pids), "1 / 0"],
-        "03_times_out": [background("03", pids), "import time\ntime.sleep(60)"],
+        "01_passes": [starts_orphans("01", pids), "x = 1"],
+        "02_fails": [starts_orphans("02", pids), "1 / 0"],
+        "03_times_out": [starts_orphans("03", pids), "import time\ntime.sleep(60)"],
         "04_waits": ["import subprocess\nsubprocess.Popen(['sleep', '0.1']).wait()"],  # nothing left: no note
     }
     write_notebooks(tmp_path / "nbs", notebooks)
-    done = run_cli("--notebooks", str(tmp_path / "nbs"), "--out", str(tmp_path / "out"), "--cell-timeout", "5")
-    assert "2 ok, 2 failed" in done.stdout, done.stdout + done.stderr
+    done = run_cli("--notebooks", str(tmp_path / "nbs"), "--out", str(tmp_path / "out"), "--cell-timeout", "5", env=env)
     started = {p.name: int(p.read_text()) for p in sorted(pids.iterdir())}
+    return done, tmp_path, started, [pid for pid in started.values() if _alive(pid)]  # no waiting: at once
+
+
+def test_no_process_a_notebook_starts_outlives_it_whether_it_passes_fails_or_times_out(orphaning_notebooks):
+    done, tmp_path, started, alive = orphaning_notebooks
+    assert "2 ok, 2 failed" in done.stdout, done.stdout + done.stderr
     assert len(started) == 6, started
-    for name, pid in started.items():  # gone when the runner returns: no waiting here
-        assert not _alive(pid), f"{name}: pid {pid}, started by a notebook, outlived `python -m helpers run`"
+    for name, pid in started.items():  # gone when the runner returned
+        assert pid not in alive, f"{name}: pid {pid}, started by a notebook, outlived `python -m helpers run`"
     rows = {r["notebook"]: r for r in json.loads((tmp_path / "out" / "summary.json").read_text())}
     for stem, tag in [("01_passes", "01"), ("02_fails", "02")]:
         (note,) = rows[stem]["notes"]
@@ -328,18 +353,21 @@ def test_off_the_main_thread_or_with_sigterm_ignored_run_leaves_the_handler_alon
 HUGE = 20_000_000  # characters of one error message: 20 MB, copied whole three times before the cap
 
 
-def run_cli_capped(*args, timeout):
+def run_cli_capped(*args, timeout, env=None):
     """run_cli with each process's address space capped at 4 GiB (the kernel inherits it): a runner
     that read /dev/zero would fail with MemoryError instead of filling the machine."""
     capped = (
         "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30)); "
         "from helpers.__main__ import main; sys.exit(main())"
     )
-    return subprocess.run([sys.executable, "-c", capped, "run", *args], capture_output=True, text=True, timeout=timeout)
+    command = [sys.executable, "-c", capped, "run", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
 
 
-@pytest.mark.slow
-def test_a_huge_error_control_characters_a_fifo_and_a_device_are_bounded_rows_and_the_rest_still_runs(tmp_path):
+@background(timed=True)
+def hostile_notebooks(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.CompletedProcess, Path, Path]:
+    """A 20 MB error, control characters, a FIFO and /dev/zero named like notebooks, then one that runs, under a
+    4 GiB address-space cap (about 7 s): (the runner's result, the notebooks' folder, the output folder)."""
     nbs, out = tmp_path / "nbs", tmp_path / "out"
     escapes = r"raise ValueError('\x1b[2J\x1b]0;title\x07\rOVERWRITTEN\n```\n# not a heading')"
     write_notebooks(
@@ -348,7 +376,13 @@ def test_a_huge_error_control_characters_a_fifo_and_a_device_are_bounded_rows_an
     )
     os.mkfifo(nbs / "03_x.ipynb")  # opened, it would block the run until a writer came: never
     (nbs / "04_zero.ipynb").symlink_to("/dev/zero")  # read, it would never end
-    done = run_cli_capped("--notebooks", str(nbs), "--out", str(out), timeout=300)
+    return run_cli_capped("--notebooks", str(nbs), "--out", str(out), timeout=300, env=env), nbs, out
+
+
+def test_a_huge_error_control_characters_a_fifo_and_a_device_are_bounded_rows_and_the_rest_still_runs(
+    hostile_notebooks,
+):
+    done, nbs, out = hostile_notebooks
     assert done.returncode == 1 and "1 ok, 4 failed" in done.stdout, done.stdout + done.stderr[-3000:]
     rows = {row["notebook"]: row for row in json.loads((out / "summary.json").read_text())}
     assert rows["05_runs_after"]["status"] == "ok" and rows["05_runs_after"]["results"] == {"ran": True}

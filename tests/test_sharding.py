@@ -191,7 +191,7 @@ def test_fewest_cards_says_the_accumulation_that_keeps_the_effective_batch():
 CONFIGS = ["full:grad_op:0", "lora:grad_op:1", "full:full:1", "lora:full:1"]  # tests/sharded_ranks.py's
 
 
-@background
+@background(timed=True)
 def two_ranks(folder: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     """tests/sharded_ranks.py under torchrun, 2 CPU processes over gloo, one report line per config."""
     script = Path(__file__).with_name("sharded_ranks.py")

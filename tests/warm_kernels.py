@@ -6,8 +6,8 @@ Not a fake: every kernel is a real ipykernel in a process of its own, running th
 Jupyter runs them. Only the imports below are done once, before the fork, instead of once a kernel. A
 student's kernel starts cold; nothing the notebooks measure includes the import time.
 
-Two roles, one file (tests/conftest.py starts the first, once for the runs and once for the unit tests, and
-points their kernels at the second):
+Two roles, one file (tests/conftest.py starts the first with `start`, once for the runs and once for the unit
+tests, and points their kernels at the second):
 
     python tests/warm_kernels.py serve SOCKET     the warm process: imports, then forks a kernel per request
     python tests/warm_kernels.py connect -f CONNECTION_FILE
@@ -33,7 +33,9 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 SOCKET_VARIABLE = "KIT_WARM_KERNELS"  # the warm process's socket; unset: every kernel starts cold
@@ -66,6 +68,29 @@ def kernelspec(folder: Path) -> dict[str, str]:
     argv = [sys.executable, str(Path(__file__).resolve()), "connect", "-f", "{connection_file}"]
     (spec / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "Python 3", "language": "python"}))
     return {"JUPYTER_PATH": str(folder)}
+
+
+def start(folder: Path, env: dict[str, str]) -> tuple[subprocess.Popen, dict[str, str]]:
+    """Start a warm process for kernels started with `env`, its socket and log in `folder`; returns it and the
+    variables that point a kernel at it (a kernel that starts before it listens starts cold)."""
+    variables = kernelspec(folder) | {SOCKET_VARIABLE: str(folder / "socket")}
+    with (folder / "log.txt").open("w") as log:
+        process = subprocess.Popen([sys.executable, __file__, "serve", str(folder / "socket")],
+                                   env=env | variables, stdout=log, stderr=log)  # fmt: skip
+    return process, variables
+
+
+def wait_listening(folder: Path, process: subprocess.Popen, seconds: float = 120) -> None:
+    """Return once the warm process in `folder` listens, has died, or `seconds` have passed."""
+    deadline = time.monotonic() + seconds
+    while not (folder / "socket").exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def served(variables: dict[str, str]) -> dict[str, int]:
+    """How many kernels the warm process `variables` point at forked, and how many it sent to start cold."""
+    counts = Path(variables.get(SOCKET_VARIABLE, "none") + ".served")
+    return json.loads(counts.read_text()) if counts.exists() else {"warm": 0, "cold": 0}
 
 
 def _differs(mine: dict[str, str], theirs: dict[str, str]) -> list[str]:
