@@ -88,7 +88,7 @@ class Lane:
 
     def __init__(self):
         self.seconds: dict[str, float] = {}  # wall-clock of each task, for the suite's closing line (never asserted)
-        self.ran_by: dict[str, str] = {}  # the thread that ran each: "lane", "lane-back", or the tests' own
+        self.ran_by: dict[str, str] = {}  # the thread that ran each: "lane", "lane-back", "lane-timed", a test's
         self._tasks: dict[str, Callable[[], object]] = {}
         self._pending: collections.deque[str] = collections.deque()  # queued, not yet started, in order
         self._stealable: set[str] = set()
