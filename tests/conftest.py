@@ -10,9 +10,10 @@ runtime matrix (noxfile.py), on Colab's and Kaggle's Pythons. The runs are queue
 own. The lane's first worker takes the runs in order, at the tests' priority; the embedded model's
 rebuild (`rebuilt_tiny_model`, for tests/test_models.py to compare with the shipped one) and the fixtures
 that spend their time on processes (the two-node job, the killed and resumed run, pip's dry run of the
-install cell) come last, and a second worker takes them from the back at once, at the lowest priority, so
-they use what the tests and the first worker leave idle; a third runs the fixtures that mostly wait out
-bounds (a Hub that stalls), so the tests do not wait them out one after another. Tests that read a run are
+install cell) come last, and a second worker takes them from the back at once, at a lower priority, so
+they mostly use what the tests and the first worker leave idle; a third runs the fixtures whose results
+depend on time (a Hub that stalls, a cell past its timeout), so the tests do not wait them out one after
+another. Tests that read a run are
 marked `notebooks` (`make test-fast` deselects them); tests that use the rebuild or a background fixture,
 `slow`. The runs' kernels are forked from one process that has imported torch and transformers already
 (tests/warm_kernels.py: about 5 s of imports saved on each of 22 kernels; a kernel whose environment
@@ -152,6 +153,11 @@ class _RunsKernels:
     def __init__(self):
         self.lock, self.runs_left, self.process, self.tried = threading.Lock(), 0, None, False
 
+    def expect(self, runs: int) -> None:
+        """`runs` more runs will start kernels: the process stays until they are done."""
+        with self.lock:
+            self.runs_left += runs
+
     @contextmanager
     def serving(self, session: dict[str, str]):
         with self.lock:  # a second run waits here while the first waits for the process to listen
@@ -253,8 +259,7 @@ def _start(names: list[str]) -> None:
 
     tasks = {name: task(name) for name in names}
     added = background.LANE.queue(tasks, stealable=set(names) - KERNEL_RUNS, timed=background.TIMED & set(names))
-    with _runs_kernels.lock:
-        _runs_kernels.runs_left += len(KERNEL_RUNS.intersection(added))
+    _runs_kernels.expect(len(KERNEL_RUNS.intersection(added)))
     if added:
         background.LANE.start()
 
