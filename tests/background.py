@@ -23,6 +23,8 @@ Names are global: two modules cannot both have a background fixture of one name.
 
 A job that needs another's value names it after `folder` and `env` (`def requeued(folder, env, two_node_runs)`):
 it gets that value, computed first (by the worker that needs it, if no worker has started it) or raised again.
+It may name a notebook run's fixture the same way (`notebook_run`, RUNS): tests/conftest.py queues it right after
+that run, for the first worker, so it runs beside the tests instead of after them.
 
 The workers are threads, which makes two things in the tests' process one thread at a time:
 - `ast.parse`: CPython 3.11 keeps one depth counter for building trees per interpreter (python/cpython#106905),
@@ -50,6 +52,7 @@ from pathlib import Path
 import pytest
 
 JOBS: dict[str, Callable[..., object]] = {}  # the @background fixtures' bodies, by name
+RUNS: dict[str, Callable[[], object]] = {}  # the notebook runs' fixtures a job may need (tests/conftest.py): its value
 TIMED: set[str] = set()  # the jobs registered with timed=True
 # The second worker's and its processes': CFS gives it a third of a core a busy one leaves it (weights 335 to
 # 1024); at 19 (weight 15) its venvs, pip runs and two-node jobs could wait out their timeouts on a slow machine.
@@ -200,7 +203,7 @@ def background(function: Callable[..., object] | None = None, *, timed: bool = F
     name = function.__name__
     if name in JOBS and JOBS[name].__module__ != function.__module__:
         raise ValueError(f"two background fixtures named {name!r}: {JOBS[name].__module__} and {function.__module__}")
-    unknown = [need for need in list(inspect.signature(function).parameters)[2:] if need not in JOBS]
+    unknown = [need for need in list(inspect.signature(function).parameters)[2:] if need not in {*JOBS, *RUNS}]
     if unknown:  # a job's needs are defined before it, so no two jobs can wait for each other
         raise ValueError(f"{name} needs {', '.join(unknown)}: define that background fixture above it")
     JOBS[name] = function
@@ -218,19 +221,34 @@ def job(name: str, env: dict[str, str]) -> Callable[[], object]:
     """Background job `name` as a task: run in a fresh folder, with `env` and the values of the jobs it names."""
 
     def task():
-        needs = list(inspect.signature(JOBS[name]).parameters)[2:]
-        values = {need: value(need, env) for need in needs}
+        values = {need: RUNS[need]() if need in RUNS else value(need, env) for need in needs(name)}
         return JOBS[name](Path(tempfile.mkdtemp(prefix=f"kit-{name}-")), env, **values)
 
     return task
 
 
-def in_lane_order(names: Iterable[str]) -> list[str]:
-    """The background jobs among `names`, in the order to queue them: as defined, except that a job that needs
+def needs(name: str) -> list[str]:
+    """What background job `name` needs: the parameters it names after `folder` and `env`."""
+    return list(inspect.signature(JOBS[name]).parameters)[2:]
+
+
+def in_lane_order(used: Iterable[str], runs: dict[str, tuple[str, ...]] | None = None) -> list[str]:
+    """The lane's tasks for the fixtures in `used`, in the order to queue them. First the runs of each fixture of
+    `runs` used (fixture -> its runs' names, in order), each fixture's followed by the jobs that need it (the last
+    of those they need), for the first worker. Then the other jobs, as defined, except that a job that needs
     another goes to the back, where the second worker starts it (and, through it, the job it needs) first: a
     chain of jobs is the longest work it has, and left to the end, it would run alone with a core idle."""
-    jobs = [name for name in JOBS if name in set(names)]
-    return sorted(jobs, key=lambda name: len(inspect.signature(JOBS[name]).parameters) > 2)
+    used, runs = set(used), runs or {}
+    jobs = [name for name in JOBS if name in used]
+    after = {f: [job for job in jobs if [need for need in runs if need in needs(job)][-1:] == [f]] for f in runs}
+    ordered = [name for f in runs if f in used or after[f] for name in (*runs[f], *after[f])]
+    rest = [name for name in jobs if name not in ordered]
+    return ordered + sorted(rest, key=lambda name: any(need in JOBS for need in needs(name)))
+
+
+def needs_runs(name: str) -> bool:
+    """Whether `name` is a job that needs a notebook run (RUNS): one for the first worker, after that run."""
+    return name in JOBS and any(need in RUNS for need in needs(name))
 
 
 def value(name: str, env: dict[str, str]):

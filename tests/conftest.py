@@ -1,23 +1,23 @@
 """Headless runs of every notebook, each executed once and shared by every test that reads it.
 
-Executing the notebooks is the slow part of the suite, so each runs once per configuration that
-really differs: `python -m helpers run --smoke` runs them all on this CPU (`notebook_run`), then
-under a simulated T4 and a simulated Kaggle T4 x2 (`simulated_runs`, `helpers.simulate`; each
-takes the notebooks listed in `ONLY`). On a CPU the committed defaults fall back to the same
-embedded model as the smoke run and differ only in step counts: nbval runs them as committed in the
-runtime matrix (noxfile.py), on Colab's and Kaggle's Pythons. The runs are queued in the background lane
-(tests/background.py) as soon as collection finds a test that needs them, and each fixture waits for its
-own. The lane's first worker takes the runs in order, at the tests' priority; the embedded model's
-rebuild (`rebuilt_tiny_model`, for tests/test_models.py to compare with the shipped one) and the fixtures
-that spend their time on processes (the two-node job, the killed and resumed run, pip's dry run of the
-install cell) come last, and a second worker takes them from the back at once, at a lower priority, so
-they mostly use what the tests and the first worker leave idle; a third runs the fixtures whose results
-depend on time (a Hub that stalls, a cell past its timeout), so the tests do not wait them out one after
-another. Tests that read a run are
-marked `notebooks` (`make test-fast` deselects them); tests that use the rebuild or a background fixture,
-`slow`. The runs' kernels are forked from one process that has imported torch and transformers already
-(tests/warm_kernels.py: about 5 s of imports saved on each of 22 kernels; a kernel whose environment
-differs starts cold), and so are the kernels the unit tests start, from a process of their own. The
+Executing the notebooks is the slow part of the suite, so each runs once per configuration that really
+differs: `python -m helpers run --smoke` runs them all on this CPU (`notebook_run`), then under a simulated T4
+and a simulated Kaggle T4 x2 (`simulated_runs`, `helpers.simulate`; each takes the notebooks listed in `ONLY`).
+On a CPU the committed defaults fall back to the same embedded model as the smoke run and differ only in step
+counts: nbval runs them as committed in the runtime matrix (noxfile.py), on Colab's and Kaggle's Pythons.
+
+The runs are queued in the background lane (tests/background.py) once collection finds a test that needs them,
+and each fixture waits for its own. The lane's first worker takes the runs in order, at the tests' priority,
+each followed by the background fixtures that need it (07's train.py under `accelerate launch`); the fixtures
+that spend their time on processes (the embedded model's rebuild, the two-node job, pip's dry run of the install
+cell) come last, and a second worker takes them from the back at once, at a lower priority, so they mostly use
+what the tests and the first worker leave idle; a third runs the fixtures whose results depend on time (a Hub
+that stalls, a cell past its timeout). The tests keep their order, except that the modules marked `waits` (their
+tests mostly wait out bounds) run first, while the lane fills both cores, and the tests that read the lane run
+last. Tests that read a run are marked `notebooks` (`make test-fast` deselects them); tests that use a
+background fixture, `slow`. The runs' kernels are forked from one process that has imported torch and
+transformers already (tests/warm_kernels.py: about 5 s of imports saved on each of 22 kernels; a kernel whose
+environment differs starts cold), and so are the kernels the unit tests start, from a process of their own. The
 suite's last line says what each background run took, which worker ran it, and how the kernels started.
 
 Two settings of the tests' own process, both for time: torch runs one thread in it and in everything it
@@ -34,6 +34,7 @@ While editing a notebook, `KIT_ONLY="02" pytest tests/test_mixed_precision_noteb
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import os
@@ -41,8 +42,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,8 +59,7 @@ SIMULATED = ("T4", "T4x2")
 # under T4 x2, where the single-GPU pin must leave them one T4, as a Colab T4 has; the rest under T4;
 # 07, whose launch follows the card count, under both
 ONLY = {"T4": ("01", "03", "04", "05", "07"), "T4x2": ("00", "02", "06", "07", "08")}
-# fixture -> the runs it reads ("cpu": the real machine; a card name: that card simulated;
-# "tiny-model": scripts/build_tiny_model.py's rebuild of the embedded model, under a minute)
+# fixture -> the runs it reads ("cpu": the real machine; a card name: that card simulated)
 # "08-...": notebook 08 again in a kernel of its own, after the cpu run, by papermill's command line with
 # these parameters: on the cpu run's finished run, unchanged and with one setting changed (as its
 # exercises do), and a run long enough for the lesson's save, disconnect and logging steps
@@ -75,9 +73,7 @@ FIXTURES = {
     "notebook_run": ("cpu",),
     "simulated_runs": SIMULATED,
     "capstone_reruns": tuple(CAPSTONE_RERUNS),
-    "rebuilt_tiny_model": ("tiny-model",),
 }
-NOTEBOOK_FIXTURES = ("notebook_run", "simulated_runs", "capstone_reruns")
 KERNEL_RUNS = {"cpu", *SIMULATED, *CAPSTONE_RERUNS}  # the runs that start Jupyter kernels
 REPO = Path(__file__).resolve().parents[1]
 # Collection imports the libraries and every test module: objects that all live as long as the session, which
@@ -94,8 +90,8 @@ if "torch" in sys.modules:  # a plugin imported it before this file: the variabl
 
 @dataclass
 class NotebookRun:
-    """What one background run did (`python -m helpers run --smoke`, or the model's rebuild): exit
-    code, printed text, output folder, figures by stem."""
+    """What one background run did (`python -m helpers run --smoke`, or papermill's): exit code, printed text,
+    output folder, figures by stem."""
 
     returncode: int
     stdout: str
@@ -118,8 +114,7 @@ class NotebookRun:
 
 
 _processes: list[subprocess.Popen] = []
-_warm: dict[str, str] = {}  # the variables that send the runs' kernels to the warm process (tests/warm_kernels.py)
-_unit_warm: dict[str, str] = {}  # the same for the kernels the unit tests start, at a process of their own
+_unit_warm: dict[str, str] = {}  # the variables that send the unit tests' kernels to their warm process
 
 
 def _closed_port() -> int:
@@ -142,53 +137,11 @@ def _environment(out: Path, session: dict[str, str]) -> dict[str, str]:
         WANDB_ARTIFACT_DIR=str(out / "wandb-artifacts"),
         OMP_NUM_THREADS="1",  # one core for the notebooks, the other for the unit tests
     )
-    env.update(_warm)
+    env.update(_runs_kernels.variables)
     return env
 
 
-class _RunsKernels:
-    """The process the runs' kernels are forked from: started by the first run that starts kernels, killed once
-    the last is done (its memory back)."""
-
-    def __init__(self):
-        self.lock, self.runs_left, self.process, self.tried = threading.Lock(), 0, None, False
-
-    def expect(self, runs: int) -> None:
-        """`runs` more runs will start kernels: the process stays until they are done."""
-        with self.lock:
-            self.runs_left += runs
-
-    @contextmanager
-    def serving(self, session: dict[str, str]):
-        with self.lock:  # a second run waits here while the first waits for the process to listen
-            if not self.tried:
-                self.tried = True
-                try:
-                    self.process = self._start(session)
-                except OSError:  # kernels then start cold, each saying why on its stderr
-                    pass
-        try:
-            yield
-        finally:
-            with self.lock:
-                self.runs_left -= 1
-                if not self.runs_left and self.process:
-                    self.process.kill()
-                    self.process.wait()
-
-    @staticmethod
-    def _start(session: dict[str, str]) -> subprocess.Popen:
-        """Start the warm process and wait (at most 2 minutes) until it listens. If it never does, every kernel
-        starts cold, as in Jupyter, and says so on its stderr: slower, never wrong."""
-        folder = Path(tempfile.mkdtemp(prefix="kit-warm-kernels-"))
-        process, variables = warm_kernels.start(folder, _environment(folder, session))
-        _processes.append(process)
-        warm_kernels.wait_listening(folder, process)
-        _warm.update(variables)
-        return process
-
-
-_runs_kernels = _RunsKernels()
+_runs_kernels = warm_kernels.Shared()  # the process the runs' kernels are forked from
 
 
 def _warm_unit_test_kernels() -> None:
@@ -212,9 +165,6 @@ def _execute(name: str, session: dict[str, str]) -> NotebookRun:
         command += ["--only", number]
     environment = _environment(out, session)
     cwd = REPO
-    if name == "tiny-model":
-        build = [sys.executable, str(REPO / "scripts" / "build_tiny_model.py"), "--out", str(out)]
-        command, only = [*build, "--losses", str(out / "losses.json")], ()
     if name in CAPSTONE_RERUNS:
         command, only = _capstone_rerun(name, out, environment), ("08",)
         cwd = out if name == "08-long" else background.LANE.value("cpu").out / "work" / "08_capstone"  # cpu's folder
@@ -251,32 +201,34 @@ def _start(names: list[str]) -> None:
     session = dict(os.environ)
 
     def task(name: str):
-        if name in background.JOBS:
-            return background.job(name, session)
-        if name in KERNEL_RUNS:
-            return lambda: _kernel_run(name, session)
-        return lambda: _execute(name, session)
+        return background.job(name, session) if name in background.JOBS else lambda: _kernel_run(name, session)
 
     tasks = {name: task(name) for name in names}
-    added = background.LANE.queue(tasks, stealable=set(names) - KERNEL_RUNS, timed=background.TIMED & set(names))
+    first_only = KERNEL_RUNS | {name for name in names if background.needs_runs(name)}  # (waits for the runs)
+    added = background.LANE.queue(tasks, stealable=set(names) - first_only, timed=background.TIMED & set(names))
     _runs_kernels.expect(len(KERNEL_RUNS.intersection(added)))
     if added:
         background.LANE.start()
 
 
 def _kernel_run(name: str, session: dict[str, str]) -> NotebookRun:
-    with _runs_kernels.serving(session):
+    with _runs_kernels.serving(lambda folder: _environment(folder, session)):
         return _execute(name, session)
 
 
-def _wanted(items) -> list[str]:
-    """The runs the collected tests read, in the lane's order; the background fixtures they use come last."""
-    used = {f for item in items for f in getattr(item, "fixturenames", ())}
-    return [run for f in FIXTURES if f in used for run in FIXTURES[f]] + background.in_lane_order(used)
+def _runs_of(fixture: str):
+    """Run fixture `fixture`'s value: the cpu run itself, or the runs by name."""
+    runs = {name: _wait(name) for name in FIXTURES[fixture]}
+    return runs["cpu"] if fixture == "notebook_run" else runs
+
+
+background.RUNS.update({fixture: functools.partial(_runs_of, fixture) for fixture in FIXTURES})
 
 
 def pytest_collection_finish(session):
-    wanted = _wanted(session.items)
+    wanted = background.in_lane_order(
+        {f for item in session.items for f in getattr(item, "fixturenames", ())}, FIXTURES
+    )
     if wanted and not session.config.option.collectonly:
         if KERNEL_RUNS & set(wanted):  # the whole suite, not make test-fast (few kernels)
             _warm_unit_test_kernels()  # first: the background fixtures' kernels are forked there too (the
@@ -292,20 +244,23 @@ def pytest_collection_finish(session):
 
 
 def pytest_collection_modifyitems(items):
-    """Mark the tests that read a notebook run (`notebooks`) and those that use a costly fixture (`slow`),
-    and move every test that waits for the lane (a run, a background fixture) to the end: by then it is done."""
+    """Mark the tests that read a notebook run (`notebooks`: also through a background fixture that needs one)
+    and those that use a costly fixture (`slow`); run the modules marked `waits` first, while the lane keeps
+    both cores busy, and every test that waits for the lane (a run, a background fixture) last: by then it is
+    done."""
     reading = [item for item in items if set(getattr(item, "fixturenames", ())) & {*FIXTURES, *background.JOBS}]
     for item in reading:
-        if set(item.fixturenames) & set(NOTEBOOK_FIXTURES):
+        if any(f in FIXTURES or background.needs_runs(f) for f in item.fixturenames):
             item.add_marker(pytest.mark.notebooks)
     for item in items:  # a test module names its costly fixtures (SLOW_FIXTURES): every test that uses one is slow
-        slow = {"rebuilt_tiny_model", *getattr(getattr(item, "module", None), "SLOW_FIXTURES", ())}
-        if set(getattr(item, "fixturenames", ())) & slow:
+        if set(getattr(item, "fixturenames", ())) & set(getattr(getattr(item, "module", None), "SLOW_FIXTURES", ())):
             item.add_marker(pytest.mark.slow)
-    items[:] = [item for item in items if item not in reading] + reading
+    waiting = [item for item in items if item.get_closest_marker("waits") and item not in reading]
+    items[:] = waiting + [item for item in items if item not in reading and item not in waiting] + reading
 
 
 def pytest_sessionfinish(session):
+    _runs_kernels.stop()
     for process in _processes:
         if process.poll() is None:
             process.kill()  # a run that is no longer wanted (-x, Ctrl-C) must not outlive the session
@@ -319,8 +274,9 @@ def pytest_terminal_summary(terminalreporter):
         for name, seconds in background.LANE.seconds.items():
             by_thread.setdefault(background.LANE.ran_by[name], []).append(f"{name} {seconds:.0f} s")
         costs = "; ".join(f"{WORKERS.get(who, 'the tests')}: {', '.join(runs)}" for who, runs in by_thread.items())
-        served, unit = warm_kernels.served(_warm), warm_kernels.served(_unit_warm)
-        kernels = f"; their kernels: {served['warm']} forked warm, {served['cold']} started cold" if _warm else ""
+        served, unit = warm_kernels.served(_runs_kernels.variables), warm_kernels.served(_unit_warm)
+        kernels = f"; their kernels: {served['warm']} forked warm, {served['cold']} started cold"
+        kernels = kernels if _runs_kernels.variables else ""
         if _unit_warm:
             kernels += f"; the unit tests' kernels: {unit['warm']} forked warm, {unit['cold']} started cold"
         terminalreporter.write_line(f"background runs, by who ran them: {costs}{kernels}")
@@ -359,7 +315,7 @@ _kit_writes_stay_in_their_module = pytest.fixture(autouse=True, scope="module")(
 @pytest.fixture(scope="session")
 def notebook_run() -> NotebookRun:
     """The smoke run of every notebook on this CPU."""
-    return _wait("cpu")
+    return _runs_of("notebook_run")
 
 
 @pytest.fixture(scope="module")
@@ -375,24 +331,18 @@ def ran(figures, notebook_run) -> tuple[dict[str, dict], Path]:
 
 
 @pytest.fixture(scope="session")
-def rebuilt_tiny_model() -> NotebookRun:
-    """scripts/build_tiny_model.py's rebuild of the embedded model, in `out` (in the background lane)."""
-    return _wait("tiny-model")
-
-
-@pytest.fixture(scope="session")
 def capstone_reruns() -> dict[str, NotebookRun]:
     """Notebook 08 run again by papermill (CAPSTONE_RERUNS), by name; each executed copy in out/<name>.ipynb."""
-    return {name: _wait(name) for name in CAPSTONE_RERUNS}
+    return _runs_of("capstone_reruns")
 
 
 @pytest.fixture(scope="session")
 def background_kernels(notebook_run, simulated_runs, capstone_reruns) -> dict[str, int]:
     """Once every run that starts kernels is done: {"warm": kernels forked warm, "cold": kernels started cold}."""
-    return warm_kernels.served(_warm)
+    return warm_kernels.served(_runs_kernels.variables)
 
 
 @pytest.fixture(scope="session")
 def simulated_runs() -> dict[str, NotebookRun]:
     """The smoke runs of every notebook under a simulated T4 and a simulated T4 x2, by card."""
-    return {card: _wait(card) for card in SIMULATED}
+    return _runs_of("simulated_runs")

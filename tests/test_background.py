@@ -166,6 +166,28 @@ def test_a_chain_of_jobs_is_queued_last_so_the_second_worker_starts_it_first(job
     assert lane.in_lane_order(["needs_first", "alone", "first", "not_a_job"]) == ["first", "alone", "needs_first"]
 
 
+def test_a_job_that_needs_a_notebook_run_gets_its_value_and_is_queued_right_after_it(jobs, monkeypatch):
+    monkeypatch.setattr(lane, "LANE", Lane())
+    monkeypatch.setitem(lane.RUNS, "smoke", lambda: "the smoke run's folder")
+    monkeypatch.setitem(lane.RUNS, "simulated", lambda: "the simulated runs")
+
+    def launched(folder, env, smoke):  # e.g. a script the smoke run wrote, run again by hand
+        return f"relaunched from {smoke}"
+
+    def compared(folder, env, simulated, smoke):
+        return simulated, smoke
+
+    def alone(folder, env):
+        return 0
+
+    background(launched), background(compared), background(alone)
+    runs = {"smoke": ("cpu",), "simulated": ("T4", "T4x2"), "unused": ("never",)}
+    order = lane.in_lane_order(["alone", "launched", "compared"], runs)
+    assert order == ["cpu", "launched", "T4", "T4x2", "compared", "alone"], "each after the last run it needs"
+    assert lane.needs_runs("launched") and lane.needs_runs("compared") and not lane.needs_runs("alone")
+    assert lane.value("launched", {}) == "relaunched from the smoke run's folder"
+
+
 def test_no_process_starts_while_an_executable_is_being_written(tmp_path):
     """A process started meanwhile would hold the script open for writing until its exec: "Text file busy"."""
     started = threading.Event()

@@ -55,24 +55,6 @@ def build(family, impl, dtype=torch.float32):
     return model.to(dtype).train()
 
 
-def measured_activations(model, batch, seq_len, autocast, checkpointing, trained=None):
-    """Bytes saved for backward by one forward; `trained` is the peft model wrapping `model`."""
-    if checkpointing:
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-    else:
-        model.activation_checkpointing_disable()
-        if hasattr(model, "_require_grads_hook"):  # checkpointing made the inputs require grad; undo it
-            model.disable_input_require_grads()
-    ids = torch.randint(3, model.config.vocab_size, (batch, seq_len))
-    labels = torch.randint(0, 2, (batch,)) if model.config.model_type == "bert" else ids
-    trained = trained or model
-    with track_saved_tensors(trained) as saved, torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        loss = trained(input_ids=ids, labels=labels).loss
-    loss.backward()  # frees the graph: a graph left alive with the hooks' references is never collected
-    trained.zero_grad(set_to_none=True)
-    return saved.bytes
-
-
 @pytest.fixture(scope="module")
 def activation_errors():
     """Relative error of predicted activations over 120 configurations (a few seconds on 2 cores)."""
@@ -80,7 +62,7 @@ def activation_errors():
     for family, impl in itertools.product(FAMILIES, ("eager", "sdpa")):
         model = build(family, impl)
         for (b, t), autocast, ckpt in itertools.product(SIZES, (False, True), (False, True)):
-            measured = measured_activations(model, b, t, autocast, ckpt)
+            measured = CPU.measure_saved(model, model, b, t, autocast, ckpt)
             predicted = estimate_training_memory(
                 model.config,
                 batch_size=b,
@@ -116,7 +98,7 @@ def pure_bf16_errors():
     for family, impl in itertools.product(FAMILIES, ("eager", "sdpa")):
         model = build(family, impl, torch.bfloat16)
         for (b, t), ckpt in itertools.product(SIZES[:2], (False, True)):
-            measured = measured_activations(model, b, t, False, ckpt)
+            measured = CPU.measure_saved(model, model, b, t, False, ckpt)
             predicted = estimate_training_memory(
                 model.config, batch_size=b, seq_len=t, checkpointing=ckpt, precision="bf16-true", device="cpu"
             ).activations
@@ -158,7 +140,7 @@ def lora_errors():
             )
             trained = get_peft_model(model, adapter)
             for (b, t), ckpt in itertools.product(SIZES[:2], (False, True)):
-                measured = measured_activations(model, b, t, autocast, ckpt, trained=trained)
+                measured = CPU.measure_saved(trained, model, b, t, autocast, ckpt)
                 predicted = estimate_training_memory(
                     model.config,
                     batch_size=b,

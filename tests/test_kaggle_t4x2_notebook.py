@@ -9,18 +9,20 @@ makes them use the embedded tiny model and 4 optimizer steps.
 """
 
 import json
-import os
 import shutil
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from background import background
 from notebook_results import outputs_text, simulated_figures
 
 NB06, NB07 = "06_experiment_tracking", "07_kaggle_t4x2"
 NOTEBOOKS = (NB07,)
 TIMEOUT_S = 600  # for each subprocess, generous for a loaded machine
+SLOW_FIXTURES = ("accelerate_launch",)  # train.py's 2 processes, in the background lane (conftest: slow)
 
 
 def free_port() -> int:
@@ -84,30 +86,21 @@ def test_07_fewest_t4s_orders_full_lora_qlora(ran):
     assert full > lora >= qlora >= 1
 
 
-def test_07_train_py_runs_under_accelerate_launch_to_the_same_weights(ran, tmp_path):
-    results, out = ran
-    shutil.copy(out / "work" / NB07 / "build" / "train.py", tmp_path)
-    env = {**os.environ, "HF_HOME": str(tmp_path / "hf")}  # no accelerate config of this machine's
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "accelerate.commands.launch",
-            "--multi_gpu",
-            "--num_processes",
-            "2",
-            "--main_process_port",
-            str(free_port()),
-            "train.py",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
+@background
+def accelerate_launch(folder: Path, env: dict[str, str], notebook_run) -> tuple[subprocess.CompletedProcess, Path]:
+    """The train.py notebook 07 wrote in the cpu run, under `accelerate launch` with 2 processes, in `folder`; run
+    by the lane right after that run, beside the tests: (the finished command, folder)."""
+    shutil.copy(notebook_run.out / "work" / NB07 / "build" / "train.py", folder)
+    launch = ["-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
+    command = [sys.executable, *launch, "--main_process_port", str(free_port()), "train.py"]
+    env = env | {"HF_HOME": str(folder / "hf")}  # no accelerate config of this machine's
+    return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=TIMEOUT_S), folder
+
+
+def test_07_train_py_runs_under_accelerate_launch_to_the_same_weights(ran, accelerate_launch):
+    (results, _), (done, folder) = ran, accelerate_launch
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    report = json.loads((tmp_path / "ddp_result.json").read_text())
+    report = json.loads((folder / "ddp_result.json").read_text())
     assert report["num_processes"] == 2 and report["backend"] == "gloo"
     assert [c[0] for c in report["checksums"]] == results[NB07]["param_checksums"], (
         "the script must train exactly what the notebook trained"

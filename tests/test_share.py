@@ -19,6 +19,7 @@ import pytest
 from helpers import share
 from helpers.share import push_adapter
 
+pytestmark = pytest.mark.waits  # a stand-in Hub that stops answering, waited out (conftest: first)
 FAKE_TOKEN = "hf_standInTokenForThePushTest0123456789ab"
 REPO = "student/course-adapter"
 

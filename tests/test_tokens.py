@@ -22,6 +22,7 @@ from helpers import tokens
 from helpers.manifest import scrub_secrets
 from helpers.tokens import HUB_TOKEN, WANDB_KEY, find_token, hub_token, where_to_add
 
+pytestmark = pytest.mark.waits  # secret stores that hang, waited out; kernels started (conftest: first)
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = {HUB_TOKEN: "hf_standInTokenForTheLookupTest0123456789", WANDB_KEY: "standin-" + "5e1a9c3f7b" * 4}
 NAMES = (HUB_TOKEN, WANDB_KEY)

@@ -28,6 +28,7 @@ from helpers.manifest import MANIFEST_NAME, ManifestCallback, load_manifest, scr
 from helpers.models import load_model
 from helpers.tracking import init_tracking
 
+pytestmark = pytest.mark.waits  # wandb servers that fail or never answer, waited out (conftest: first)
 FAKE_KEY = "local-secret-" + "3f9c2a7e1b" * 4  # the shape of a wandb key (a prefix and 40+ characters)
 FAKE_HF_TOKEN = "hf_plantedFakeTokenForTheLeakTest0123456789"
 FAKE_PASSWORD = "planted-db-password-8841"

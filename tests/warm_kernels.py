@@ -6,8 +6,8 @@ Not a fake: every kernel is a real ipykernel in a process of its own, running th
 Jupyter runs them. Only the imports below are done once, before the fork, instead of once a kernel. A
 student's kernel starts cold; nothing the notebooks measure includes the import time.
 
-Two roles, one file (tests/conftest.py starts the first with `start`, once for the runs and once for the unit
-tests, and points their kernels at the second):
+Two roles, one file (tests/conftest.py starts the first with `start`, once for the unit tests and once, through
+`Shared`, for the notebook runs while any is running, and points their kernels at the second):
 
     python tests/warm_kernels.py serve SOCKET     the warm process: imports, then forks a kernel per request
     python tests/warm_kernels.py connect -f CONNECTION_FILE
@@ -35,7 +35,10 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 SOCKET_VARIABLE = "KIT_WARM_KERNELS"  # the warm process's socket; unset: every kernel starts cold
@@ -91,6 +94,49 @@ def served(variables: dict[str, str]) -> dict[str, int]:
     """How many kernels the warm process `variables` point at forked, and how many it sent to start cold."""
     counts = Path(variables.get(SOCKET_VARIABLE, "none") + ".served")
     return json.loads(counts.read_text()) if counts.exists() else {"warm": 0, "cold": 0}
+
+
+class Shared:
+    """A warm process for the kernels of several runs (tests/conftest.py's notebook runs): started by the first run
+    that needs it, killed once the last is done (its memory back). `variables` point a kernel at it."""
+
+    def __init__(self):
+        self.lock, self.runs_left, self.process, self.tried = threading.Lock(), 0, None, False
+        self.variables: dict[str, str] = {}
+
+    def expect(self, runs: int) -> None:
+        """`runs` more runs will start kernels: the process stays until they are done."""
+        with self.lock:
+            self.runs_left += runs
+
+    @contextlib.contextmanager
+    def serving(self, environment: Callable[[Path], dict[str, str]]):
+        """Around one run: the process started first if none was (`environment(folder)` gives its variables)."""
+        with self.lock:  # a second run waits here while the first waits for the process to listen
+            if not self.tried:
+                self.tried = True
+                with contextlib.suppress(OSError):  # kernels then start cold, each saying why on its stderr
+                    self._start(environment)
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.runs_left -= 1
+                if not self.runs_left:
+                    self.stop()
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def _start(self, environment: Callable[[Path], dict[str, str]]) -> None:
+        """Start the process and wait (at most 2 minutes) until it listens. If it never does, every kernel starts
+        cold, as in Jupyter, and says so on its stderr: slower, never wrong."""
+        folder = Path(tempfile.mkdtemp(prefix="kit-warm-kernels-"))
+        self.process, variables = start(folder, environment(folder))
+        wait_listening(folder, self.process)
+        self.variables.update(variables)
 
 
 def _differs(mine: dict[str, str], theirs: dict[str, str]) -> list[str]:
