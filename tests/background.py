@@ -54,6 +54,7 @@ import pytest
 JOBS: dict[str, Callable[..., object]] = {}  # the @background fixtures' bodies, by name
 RUNS: dict[str, Callable[[], object]] = {}  # the notebook runs' fixtures a job may need (tests/conftest.py): its value
 TIMED: set[str] = set()  # the jobs registered with timed=True
+SECONDS: dict[str, float] = {}  # about how long each job takes alone on 2 idle cores (`seconds=`): the order's hint
 # The second worker's and its processes': CFS gives it a third of a core a busy one leaves it (weights 335 to
 # 1024); at 19 (weight 15) its venvs, pip runs and two-node jobs could wait out their timeouts on a slow machine.
 NICENESS = 5
@@ -193,20 +194,21 @@ class Lane:
 LANE = Lane()  # the suite's: tests/conftest.py queues the notebook runs and the background fixtures the tests use
 
 
-def background(function: Callable[..., object] | None = None, *, timed: bool = False):
+def background(function: Callable[..., object] | None = None, *, timed: bool = False, seconds: float = 0):
     """Register `function` as a background job; returns the module-scoped fixture that waits for its value.
     `@background(timed=True)`: a job whose result depends on time, for the third worker: bounds it waits out (a
     Hub that stalls) or processes that must keep pace with each other (two ranks whose peak depends on when
-    each gathers)."""
+    each gathers). `seconds`: about how long it takes alone on 2 idle cores (the suite's last line says what it
+    took), so that the second worker starts the longest first and the lane does not end on one of them."""
     if function is None:
-        return lambda function: background(function, timed=timed)
+        return lambda function: background(function, timed=timed, seconds=seconds)
     name = function.__name__
     if name in JOBS and JOBS[name].__module__ != function.__module__:
         raise ValueError(f"two background fixtures named {name!r}: {JOBS[name].__module__} and {function.__module__}")
     unknown = [need for need in list(inspect.signature(function).parameters)[2:] if need not in {*JOBS, *RUNS}]
     if unknown:  # a job's needs are defined before it, so no two jobs can wait for each other
         raise ValueError(f"{name} needs {', '.join(unknown)}: define that background fixture above it")
-    JOBS[name] = function
+    JOBS[name], SECONDS[name] = function, seconds
     (TIMED.add if timed else TIMED.discard)(name)
 
     @pytest.fixture(scope="module", name=name)
@@ -235,15 +237,17 @@ def needs(name: str) -> list[str]:
 def in_lane_order(used: Iterable[str], runs: dict[str, tuple[str, ...]] | None = None) -> list[str]:
     """The lane's tasks for the fixtures in `used`, in the order to queue them. First the runs of each fixture of
     `runs` used (fixture -> its runs' names, in order), each fixture's followed by the jobs that need it (the last
-    of those they need), for the first worker. Then the other jobs, as defined, except that a job that needs
-    another goes to the back, where the second worker starts it (and, through it, the job it needs) first: a
-    chain of jobs is the longest work it has, and left to the end, it would run alone with a core idle."""
+    of those they need), for the first worker. Then the other jobs, the shortest first (`seconds`), for the first
+    worker to take once its runs are done, and the longest last, where the second worker starts them; a job that
+    needs another goes to the very back, where the second worker starts it (and, through it, the job it needs)
+    first: a chain of jobs is the longest work it has. Left to the end, a long job would run alone with a core
+    idle (pip's dry run of the install cell, 30 s at the end of a 359 s run)."""
     used, runs = set(used), runs or {}
     jobs = [name for name in JOBS if name in used]
     after = {f: [job for job in jobs if [need for need in runs if need in needs(job)][-1:] == [f]] for f in runs}
     ordered = [name for f in runs if f in used or after[f] for name in (*runs[f], *after[f])]
     rest = [name for name in jobs if name not in ordered]
-    return ordered + sorted(rest, key=lambda name: any(need in JOBS for need in needs(name)))
+    return ordered + sorted(rest, key=lambda name: (any(need in JOBS for need in needs(name)), SECONDS[name]))
 
 
 def needs_runs(name: str) -> bool:

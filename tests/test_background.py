@@ -19,7 +19,7 @@ def jobs():
     before = set(JOBS)
     yield
     for name in set(JOBS) - before:
-        JOBS.pop(name)
+        JOBS.pop(name), lane.SECONDS.pop(name)
 
 
 def recorder(log: list, name: str, gate: threading.Event | None = None):
@@ -164,6 +164,25 @@ def test_a_chain_of_jobs_is_queued_last_so_the_second_worker_starts_it_first(job
 
     background(first), background(needs_first), background(alone)
     assert lane.in_lane_order(["needs_first", "alone", "first", "not_a_job"]) == ["first", "alone", "needs_first"]
+
+
+def test_the_second_worker_starts_the_longest_job_first_and_the_first_takes_the_shortest_once_its_runs_are_done(jobs):
+    def rebuild(folder, env):
+        return 45
+
+    def dry_run(folder, env):
+        return 20
+
+    def template(folder, env):
+        return 4
+
+    background(rebuild, seconds=45), background(dry_run, seconds=20), background(template, seconds=4)
+    order = lane.in_lane_order(["rebuild", "template", "dry_run"], {"smoke": ("cpu",)})
+    assert order == ["template", "dry_run", "rebuild"], "no run used: the jobs alone, the shortest first"
+    tasks = Lane()
+    tasks.queue({name: lambda: None for name in order}, stealable=set(order))
+    # what each worker takes next: the second from the back, the first (its runs done) from the front
+    assert [tasks._back(), tasks._front(), tasks._back()] == ["rebuild", "template", "dry_run"]
 
 
 def test_a_job_that_needs_a_notebook_run_gets_its_value_and_is_queued_right_after_it(jobs, monkeypatch):

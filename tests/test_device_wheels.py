@@ -143,7 +143,7 @@ def test_the_device_script_says_what_to_do_without_its_wheels(tmp_path):
     assert done.returncode != 0 and "give the output folder" in done.stderr
 
 
-@background
+@background(seconds=12)
 def preflight_without_cuda(folder: Path, env: dict[str, str]) -> tuple[subprocess.CompletedProcess, Path]:
     """The device script where it expects a card and this machine has none (installs its wheels first: about
     15 s); (its result, its output folder)."""

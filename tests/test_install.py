@@ -80,7 +80,7 @@ subprocess.run = pip_offline
 """
 
 
-@background
+@background(seconds=6)
 def capped_runtime(root: Path, env: dict[str, str]) -> Path:
     """A venv with capper 1.0 (needs sharedlib<2.0), sharedlib 1.0, torchao 0.10.0; newer wheels and the kit."""
     wheels = root / "wheels"

@@ -258,7 +258,7 @@ def write_wheel(
     return path
 
 
-@background
+@background(seconds=4)
 def runtime_template(root: Path, env: dict[str, str]) -> tuple[Path, Path]:
     """A venv with pip and loadedlib 1.0 and unloadedlib 1.0; a folder of wheels with their 2.0 and the kit."""
     wheels = root / "wheels"
@@ -335,7 +335,7 @@ def index_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
-@background
+@background(seconds=20)
 def install_dry_run(folder: Path, env: dict[str, str]) -> subprocess.CompletedProcess | None:
     """The cell itself, in a fresh venv that holds torch and a runtime's older psutil (which a fresh Colab kernel
     has imported); pip in --dry-run mode (about 20 s). None where the package index is out of reach."""

@@ -92,7 +92,7 @@ def windows(losses: list[float], size: int = 50) -> list[float]:
     return [sum(losses[i : i + size]) / size for i in range(0, len(losses), size)]
 
 
-@background
+@background(seconds=45)
 def rebuilt_tiny_model(out: Path, env: dict[str, str]) -> tuple[subprocess.CompletedProcess, Path]:
     """scripts/build_tiny_model.py's rebuild of the embedded model, in `out`: (the finished command, out)."""
     build = [sys.executable, str(REPO / "scripts" / "build_tiny_model.py"), "--out", str(out)]

@@ -37,7 +37,7 @@ def kit(root, *args, env: dict[str, str] | None = None):
     )
 
 
-@background
+@background(seconds=2)
 def fork(root: Path, env: dict[str, str]):
     """A copy of the kit, published as someone/fork at v1 by the command line; (root, the command's result)."""
     skip = shutil.ignore_patterns("__pycache__", "build", "wandb", "*.egg-info", ".ipynb_checkpoints")

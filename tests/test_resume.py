@@ -59,7 +59,7 @@ def finish(run) -> dict:
     return json.loads((out / "result.json").read_text())
 
 
-@background
+@background(seconds=25)
 def interrupted(base: Path, env: dict[str, str]):
     """The capstone's recipe (QLoRA on the embedded model) run three times, two at once.
 
