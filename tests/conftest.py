@@ -74,7 +74,7 @@ FIXTURES = {
     "simulated_runs": SIMULATED,
     "capstone_reruns": tuple(CAPSTONE_RERUNS),
 }
-KERNEL_RUNS = {"cpu", *SIMULATED, *CAPSTONE_RERUNS}  # the runs that start Jupyter kernels
+KERNEL_RUNS = {run for runs in FIXTURES.values() for run in runs}  # every run starts Jupyter kernels
 REPO = Path(__file__).resolve().parents[1]
 # Collection imports the libraries and every test module: objects that all live as long as the session, which
 # the collector would walk again and again while they load (3 s of collection's 13). It runs again, once,
@@ -226,9 +226,8 @@ background.RUNS.update({fixture: functools.partial(_runs_of, fixture) for fixtur
 
 
 def pytest_collection_finish(session):
-    wanted = background.in_lane_order(
-        {f for item in session.items for f in getattr(item, "fixturenames", ())}, FIXTURES
-    )
+    used = {f for item in session.items for f in getattr(item, "fixturenames", ())}
+    wanted = background.in_lane_order(used, FIXTURES)  # the runs the tests read, in order, then the background jobs
     if wanted and not session.config.option.collectonly:
         if KERNEL_RUNS & set(wanted):  # the whole suite, not make test-fast (few kernels)
             _warm_unit_test_kernels()  # first: the background fixtures' kernels are forked there too (the
