@@ -8,6 +8,7 @@ own runs (data parallel and full sharding, full fine-tune and LoRA).
 
 import json
 import math
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -203,8 +204,12 @@ def two_ranks(folder: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_each_process_holds_the_estimated_share_measured_on_two_processes(two_ranks):
-    """grad_op and checkpointing, which notebook 07 does not run: weights, gradients, AdamW state to the byte,
-    the step's peak within 5 % (where FSDP's gathers and frees fall moves it a little from run to run)."""
+    """grad_op and checkpointing, which notebook 07 does not run: weights, gradients, AdamW state to the byte;
+    the step's peak within 5 % in the median step and 10 % in every step. Fully sharded on two CPU processes, the
+    step's peak is not one number: whether gloo's worker thread has let go of the root's gathered weights (512 KiB
+    here) before the peak, and now and then one layer's (180 KiB), changes from step to step. Six steps of one run
+    measured 7,489,544 and 8,014,088 bytes against an estimate of 7,649,540; the max of two steps once read
+    8,198,920 (-6.7 %)."""
     done = two_ranks
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert done.returncode == 0 and len(rows) == len(CONFIGS), done.stderr[-3000:]
@@ -212,5 +217,6 @@ def test_each_process_holds_the_estimated_share_measured_on_two_processes(two_ra
         for term in ("weights", "gradients", "optimizer"):
             measured, estimated = row[term]
             assert measured == estimated, (row["config"], term)
-        measured, estimated = row["peak"]
-        assert estimated == pytest.approx(measured, rel=0.05), row["config"]
+        steps, estimated = row["peak"]
+        assert estimated == pytest.approx(statistics.median(steps), rel=0.05), (row["config"], steps)
+        assert all(estimated == pytest.approx(step, rel=0.10) for step in steps), (row["config"], steps)
