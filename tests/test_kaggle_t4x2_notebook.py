@@ -71,6 +71,19 @@ def test_07_sharded_each_process_holds_half_of_every_state_to_the_estimators_byt
         assert shard["weights"] * 2 == whole["weights"] and shard["gradients"] * 2 == whole["gradients"]
 
 
+def test_07_on_one_card_each_row_is_the_single_gpu_bill(simulated_runs):
+    """Under one T4 (simulated) the launcher runs a single process: no DDP around the model, whose gradient buckets
+    (a second copy of the gradients) kept a copy in step with nothing; with them the full fine-tune's peak read
+    24,793,352 bytes against the one-card estimate of 23,537,668 (5.1 % over). So every row is the one-card bill:
+    weights, gradients, AdamW to the byte and the step's peak within 5 %."""
+    rows = simulated_runs["T4"].results[NB07]["sharded_rows"]
+    assert {row["rank"] for row in rows} == {0} and len(rows) == 4
+    for row in rows:
+        for term in ("weights", "gradients", "optimizer"):
+            assert row[term] == row[term + "_estimate"], (row["run"], term)
+        assert row["peak"] == pytest.approx(row["peak_estimate"], rel=0.05), row["run"]
+
+
 def test_07_sharded_training_takes_the_same_steps_as_data_parallel(ran):
     r = ran[0][NB07]
     assert set(r["sharded_loss_gap"]) == {"full", "lora"}

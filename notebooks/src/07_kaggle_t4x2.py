@@ -542,7 +542,8 @@ def train_sharded(config):
 
     # 3. THE CHANGE: a whole copy with DDP, or every layer sharded, then the rest of the model
     if config["sharding"] == "none":
-        model = torch.nn.parallel.DistributedDataParallel(model)
+        if world > 1:  # one process has no other copy to keep in step: DDP would only add its gradient buckets
+            model = torch.nn.parallel.DistributedDataParallel(model)
     else:
         for layer in decoder_layers(model):  # each layer gathered on its own while it runs
             fully_shard(layer, reshard_after_forward=config["sharding"] == "full")
