@@ -279,6 +279,8 @@ def pytest_terminal_summary(terminalreporter):
         if _unit_warm:
             kernels += f"; the unit tests' kernels: {unit['warm']} forked warm, {unit['cold']} started cold"
         terminalreporter.write_line(f"background runs, by who ran them: {costs}{kernels}")
+    # the repository's conftest.py sends them there; the newest three sessions' folders are kept
+    terminalreporter.write_line(f"this session's temporary files: {os.environ.get('TMPDIR', '?')}")
 
 
 WORKERS = {"lane": "first worker", "lane-back": "second worker", "lane-timed": "third worker"}
