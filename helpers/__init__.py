@@ -18,6 +18,7 @@ notebook                    module (what it holds)
 08 capstone                 runs (which run folder: the same run, or a new one), resume (after a
                             disconnect), manifest, live, qlora, footprint, planner
 06 and 08 (secrets)         tokens (HF_TOKEN, WANDB_API_KEY: env, login, Colab, Kaggle), share (push the adapter)
+online (the Hub, wandb)     network (every call that leaves the machine, bounded in total time)
 every notebook              session (`start`: one GPU, expandable segments, the seed, the machine), results (`record`),
                             quickcheck/ (quick checks, grading)
 the install cell            install (what pip changed in the runtime; what it broke, mended or named)

@@ -6,15 +6,13 @@ Notebook 07 reads the cards through NVML (`describe(use_nvml=True)`), leaving CU
 The precision rule is the one traps are made of: `torch.cuda.is_bf16_supported()` answers True
 on a T4 because bf16 is emulated there, slowly. Native bf16 arrives with compute capability 8.0
 (Ampere), so the decision below reads the capability, never that function. Whether this runtime
-is online: `http_answers` and `can_connect`, bounded in total time by `call_within`.
+is online: `helpers.network`.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 import sys
-import threading
 from dataclasses import dataclass, field
 
 from helpers._nvml import nvml_devices
@@ -28,8 +26,6 @@ __all__ = [
     "Gpu",
     "Machine",
     "Precision",
-    "call_within",
-    "can_connect",
     "CPU_BF16_FLAGS",
     "check_4bit",
     "choose_precision",
@@ -38,7 +34,6 @@ __all__ = [
     "detect_gpus",
     "detect_platform",
     "half_precision",
-    "http_answers",
     "machine_notes",
     "use_one_gpu",
 ]
@@ -329,67 +324,3 @@ def check_4bit(device: str | None = None) -> tuple[bool, str]:
     except Exception as e:  # any failure means "no 4-bit here"; the message says which
         return False, f"4-bit NF4 failed on {device}: {type(e).__name__}: {e}"
     return True, f"4-bit NF4 works on {device} (mean round-trip error {err:.3f} on N(0,1) weights)"
-
-
-def call_within(timeout: float, fn, *args, **kwargs):
-    """Call `fn(*args, **kwargs)` and wait `timeout` seconds at most, in total: its result or its exception.
-
-    In a daemon thread, so neither a DNS lookup (deaf to socket timeouts) nor a server that accepts
-    and never answers can hold the caller: TimeoutError after `timeout` s (the thread ends alone).
-
-    Example:
-        >>> call_within(5.0, lambda: 42)
-        42
-    """
-    if not 0 < timeout < float("inf"):
-        raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
-    box: dict = {}
-
-    def target():
-        try:
-            box["value"] = fn(*args, **kwargs)
-        except BaseException as e:  # handed to the caller below, in its own thread
-            box["error"] = e
-
-    thread = threading.Thread(target=target, daemon=True, name=f"call_within({getattr(fn, '__name__', fn)})")
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        raise TimeoutError(f"{getattr(fn, '__name__', 'the call')} did not return within {timeout:g} s")
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
-
-
-def can_connect(host: str, port: int, timeout: float) -> bool:
-    """True when a TCP connection to host:port opens within `timeout` seconds in total.
-
-    A connection only: a server that accepts and never answers passes (`http_answers` waits for a reply).
-    """
-    try:
-        call_within(timeout, lambda: socket.create_connection((host, port), timeout=timeout).close())
-    except OSError:  # refused, unreachable, or TimeoutError (an OSError)
-        return False
-    return True
-
-
-def http_answers(url: str, timeout: float) -> bool:
-    """True when the server at `url` sends an HTTP reply (any status) within `timeout` seconds in total.
-
-    DNS, connection, TLS and the reply's status line all count against `timeout`, so an endpoint
-    that accepts and never answers (a captive portal, a firewall) is False after `timeout` seconds.
-    """
-    import http.client
-    import urllib.request
-
-    def ask() -> bool:
-        try:
-            urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout).close()
-        except urllib.request.HTTPError:  # 401, 404, 500: the server answered
-            pass
-        return True
-
-    try:
-        return call_within(timeout, ask)
-    except (OSError, ValueError, http.client.HTTPException):  # no connection or reply in time, not HTTP, a bad URL
-        return False

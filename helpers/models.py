@@ -11,7 +11,7 @@ model (SmolLM2-135M, Qwen2.5-0.5B, a 7B) and gets the tiny one only when
 `helpers.qlora.load_qlora` (notebook 05) chooses its model by the same rules. `load_tokenizer` loads
 the tokenizer alone, by the same rules, so a job can check its data before a 7B's weights are read.
 
-Every network call here is bounded in total time (`helpers.env.call_within`): `HUB_TIMEOUT_S` for
+Every network call here is bounded in total time (`helpers.network.call_within`): `HUB_TIMEOUT_S` for
 the check that the Hub answers at all, `HUB_METADATA_TIMEOUT_S` for the model's file list,
 `HUB_DOWNLOAD_TIMEOUT_S` for its files. The files are fetched into the Hub cache first, then loaded
 with no network; a Hub that stops answering midway leaves the cached copy, the embedded model (for
@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 
 from helpers._util import error_line, torch_dtype
-from helpers.env import call_within, http_answers
+from helpers.network import call_within, http_answers
 
 __all__ = [
     "COURSE_MODELS",
@@ -82,7 +82,7 @@ def hub_reachable(timeout: float | None = None) -> bool:
     so a notebook that sets `models.HUB_TIMEOUT_S` is heard).
 
     An answer, not only a connection: an endpoint that accepts and never answers is unreachable.
-    Honours HF_HUB_OFFLINE and HF_ENDPOINT (`helpers.env.http_answers`).
+    Honours HF_HUB_OFFLINE and HF_ENDPOINT (`helpers.network.http_answers`).
     """
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         return False

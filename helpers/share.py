@@ -7,7 +7,7 @@ leave out:
 
 - the token from `helpers.tokens.find_token` (the environment, `hf auth login`, Colab's or
   Kaggle's secrets), never printed; when there is none, where to add it on this platform;
-- a total time bound on each call (`helpers.env.call_within`): `helpers.models.HUB_TIMEOUT_S`
+- a total time bound on each call (`helpers.network.call_within`): `helpers.models.HUB_TIMEOUT_S`
   for the Hub to answer at all, `HUB_METADATA_TIMEOUT_S` to create the repo, `PUSH_TIMEOUT_S`
   for the upload; huggingface_hub's own calls carry no total timeout;
 - one line that names the real cause of a failure: offline mode (HF_HUB_OFFLINE), a malformed
@@ -22,9 +22,9 @@ import os
 from pathlib import Path
 
 from helpers._util import error_line
-from helpers.env import call_within
 from helpers.manifest import scrub_secrets
 from helpers.models import HUB_METADATA_TIMEOUT_S, HUB_TIMEOUT_S, hub_endpoint, hub_reachable
+from helpers.network import call_within
 from helpers.tokens import HUB_TOKEN, FoundToken, find_token, where_to_add
 
 PUSH_TIMEOUT_S = 600.0  # seconds for the whole upload: a 160 MB adapter (r=16 on a 7B) needs 0.27 MB/s

@@ -13,7 +13,7 @@ through `helpers.tracking`). `find_token(name)` looks for one secret, in this or
 5. for W&B, the `wandb login` saved in ~/.netrc.
 
 Each store is asked in a daemon thread that may take `SECRET_TIMEOUT_S` at most
-(`helpers.env.call_within`), and of a store's error only its type is kept: its message could quote
+(`helpers.network.call_within`), and of a store's error only its type is kept: its message could quote
 the secret. A value found is registered for `helpers.manifest.scrub_secrets`, so no manifest and
 no message the kit prints carries it, and `FoundToken` never shows it. A token not found comes with
 why each store had none and where to add it on the platform the student is on
@@ -32,7 +32,8 @@ from typing import NamedTuple
 from urllib.parse import urlparse
 
 from helpers._secrets import register_secret
-from helpers.env import call_within, detect_platform
+from helpers.env import detect_platform
+from helpers.network import call_within
 
 HUB_TOKEN = "HF_TOKEN"  # the Hub's token: env variable, Colab secret, Kaggle secret
 WANDB_KEY = "WANDB_API_KEY"  # W&B's key, under the same name everywhere

@@ -29,8 +29,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from helpers._util import error_line, restore_environ
-from helpers.env import call_within, http_answers
 from helpers.manifest import scrub_secrets
+from helpers.network import call_within, http_answers
 from helpers.tokens import WANDB_KEY, find_token, wandb_base_url, where_to_add
 
 KEY_NAME = WANDB_KEY  # the name of the key everywhere: env variable, Colab secret, Kaggle secret

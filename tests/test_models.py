@@ -210,10 +210,10 @@ def test_a_dns_lookup_that_never_answers_does_not_hang_the_notebook(monkeypatch)
 # test reads which bound gave up, not how long it took; and the seconds it took, for a person.
 LOAD = """
 import json, sys, time
-from helpers import env, models
+from helpers import models, network
 for name, value in json.loads(sys.argv[2]).items():
     setattr(models, name, value)
-waits, within = [], env.call_within
+waits, within = [], network.call_within
 
 def recorded(timeout, fn, *args, **kwargs):
     wait = [getattr(fn, "__name__", "?"), timeout, "returned"]
@@ -224,7 +224,7 @@ def recorded(timeout, fn, *args, **kwargs):
         wait[2] = type(e).__name__
         raise
 
-env.call_within = models.call_within = recorded
+network.call_within = models.call_within = recorded
 start = time.perf_counter()
 try:
     model, _ = models.load_model(sys.argv[1], needs_gpu=False)

@@ -391,15 +391,15 @@ def test_save_quantized_refuses_a_path_that_is_not_an_empty_folder_and_leaves_it
 LOAD_FROM_HUBS = """
 import contextlib, io, json, os, sys
 import bitsandbytes as bnb
-from helpers import env, models
+from helpers import models, network
 from helpers.qlora import load_qlora
-waits, within = [], env.call_within
+waits, within = [], network.call_within
 
 def recorded(timeout, fn, *args, **kwargs):
     waits.append([getattr(fn, "__name__", "?"), timeout])
     return within(timeout, fn, *args, **kwargs)
 
-env.call_within = models.call_within = recorded
+network.call_within = models.call_within = recorded
 for endpoint, model_id, constants in json.loads(sys.argv[1]):
     for name, value in constants.items():
         setattr(models, name, tuple(value) if isinstance(value, list) else value)

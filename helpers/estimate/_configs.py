@@ -105,7 +105,7 @@ def _download(hub_id: str) -> str:
     from huggingface_hub import hf_hub_download, try_to_load_from_cache
 
     from helpers import models  # at call time: the bounds as the caller set them
-    from helpers.env import call_within
+    from helpers.network import call_within
     from helpers.tokens import hub_token
 
     url = f"{models.hub_endpoint()}/{hub_id}/resolve/main/config.json"
