@@ -31,8 +31,6 @@ from helpers.saved_tensors import track_saved_tensors
 
 SLOW_FIXTURES = ("activation_errors",)  # every family measured on the CPU (conftest: slow)
 
-# transformers' own checkpointing code (and peft) still call the old name; not ours to fix
-pytestmark = pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
 
 BENCH = bench_estimator()
 CPU = bench_cpu()

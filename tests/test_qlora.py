@@ -29,8 +29,6 @@ from helpers.footprint import measure_footprint
 from helpers.models import EMBEDDED_DIR, is_embedded
 from helpers.qlora import disable_cpu_repacking, load_qlora, save_quantized
 
-# peft 0.21's get_peft_model reads transformers' deprecated `is_gradient_checkpointing` (the reference models here)
-pytestmark = pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning")
 HAS_AVX512_BF16 = bnbF.has_avx512bf16()  # the test bitsandbytes itself uses to turn repacking on
 PRE_QUANTIZED = (
     "pre-quantized 4-bit checkpoint (nf4, double quantization): loaded as saved, nothing quantized while loading"
