@@ -12,10 +12,10 @@ import weakref
 import psutil
 import pytest
 import torch
+from random_models import tiny_llama
 
 from helpers.oom import BatchFitError, activation_budget, fit_batch, free_memory, is_oom_error
 from helpers.saved_tensors import track_saved_tensors
-from helpers.seeds import seed_everything
 from helpers.training import effective_batch_size, training_args
 
 # training_args may warn about precision mistakes (helpers.audit): keep them out of the warnings summary
@@ -232,20 +232,7 @@ def test_fit_batch_at_batch_one_says_what_to_try_next():
 
 @pytest.fixture(scope="module")
 def tiny_model():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    seed_everything(0)
-    model = LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=128,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-        )
-    )
-    return model.train()
+    return tiny_llama()
 
 
 def step(model, batch):

@@ -21,7 +21,8 @@ import pytest
 import torch
 from fake_servers import fake_hub
 from peft import LoraConfig, get_peft_model
-from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+from random_models import tiny_llama
+from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
 
 from helpers import models
 from helpers.data import load_course_data
@@ -166,17 +167,7 @@ def test_lora_gradients_equal_the_dequantized_models(embedded_qlora, eval_forwar
 def test_without_the_workaround_an_eval_forward_breaks_the_gradients(tmp_path):
     # the embedded model's MLP width (176) is not a multiple of the 32-row blocks the repacking
     # needs, so there it crashes instead; real models (1536, 11008, ...) get silently wrong gradients
-    config = LlamaConfig(
-        vocab_size=2048,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        pad_token_id=0,
-    )
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(tmp_path)
+    tiny_llama(vocab=2048, hidden=64, pad_token_id=0).save_pretrained(tmp_path)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (tmp_path / name).write_bytes((EMBEDDED_DIR / name).read_bytes())
     model, tokenizer, reference = qlora_and_reference(str(tmp_path))

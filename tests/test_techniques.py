@@ -9,28 +9,16 @@ import math
 
 import pytest
 import torch
+from random_models import tiny_llama
 
 from helpers.estimate import estimate_training_memory
 from helpers.saved_tensors import track_saved_tensors
-from helpers.seeds import seed_everything
 
 
 @pytest.fixture(scope="module")
 def model():
     """A tiny Llama (2 layers, grouped-query attention) in fp32, training mode."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    seed_everything(0)
-    config = LlamaConfig(
-        vocab_size=128,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        pad_token_id=0,
-    )
-    return LlamaForCausalLM(config).train()
+    return tiny_llama(pad_token_id=0)
 
 
 def gradients(model):

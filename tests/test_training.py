@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from random_models import tiny_llama, tiny_llama_config
 
 from helpers.audit import AuditWarning
 from helpers.env import GIB, Gpu
@@ -39,16 +40,9 @@ def test_same_seed_same_numbers_other_seed_other_numbers():
 
 
 def test_same_seed_same_model_init():
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
-    config = LlamaConfig(
-        vocab_size=64,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-    )
+    config = tiny_llama_config(vocab=64, hidden=16, layers=1, heads=2, kv_heads=1)
     seed_everything(7)
     a = LlamaForCausalLM(config).state_dict()
     seed_everything(7)
@@ -137,22 +131,13 @@ def test_log_effective_batch_prints_the_product_and_records_it(tmp_path, monkeyp
 
 
 def test_effective_batch_callback_logs_when_the_trainer_starts(tmp_path, monkeypatch, capsys):
-    from transformers import LlamaConfig, LlamaForCausalLM, Trainer
+    from transformers import Trainer
 
     from helpers.training import EffectiveBatchCallback
 
     monkeypatch.setenv("HELPERS_RESULTS_DIR", str(tmp_path))
     monkeypatch.setenv("HELPERS_NOTEBOOK", "nb")
-    model = LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=64,
-            hidden_size=16,
-            intermediate_size=32,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-        )
-    )
+    model = tiny_llama(vocab=64, hidden=16, layers=1, heads=2, kv_heads=1)
     data = [{"input_ids": torch.arange(8), "labels": torch.arange(8)} for _ in range(8)]
     args = training_args(
         str(tmp_path / "out"),
