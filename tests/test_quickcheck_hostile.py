@@ -13,15 +13,19 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 from test_quickcheck import RIGHT, SID, WRONG_ANSWERS, read_csv, submission, write
 
 from helpers.quickcheck import check, reading, safe_eval, submissions
 from helpers.quickcheck import checks as checks_module
 from helpers.quickcheck import grading as grading_module
-from helpers.quickcheck.bank import load_bank
+from helpers.quickcheck.answers import normalize
+from helpers.quickcheck.bank import get_question, load_bank
 from helpers.quickcheck.grading import grade, grade_submission
 from helpers.quickcheck.handout import HandoutError, student_version
 from helpers.quickcheck.judging import CORRECT
@@ -571,3 +575,29 @@ def test_a_budget_refuses_work_past_its_characters():
     assert budget.take(900) and not budget.take(200) and budget.spent
     found = scan([Cell(1, "# QUICK CHECK q00_1\nanswer_q00_1 = 'b'\n" + "x = 1\n" * 400)], Budget(chars=100))
     assert not found.complete and any("stopped reading" in n for n in found.notes)
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (1, 1)])
+def test_a_one_element_array_or_tensor_is_its_number_whatever_numpy_runs(shape):
+    """float() of a numpy array of shape (1,) is 16.0 with a warning on Colab's numpy 2.1 and a TypeError on
+    numpy 2.4; torch takes any one-element tensor. The verdict is the same everywhere, with no warning."""
+    number, fields = get_question("q00_3"), get_question("q04_3")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for one in (np.full(shape, 16), torch.full(shape, 16)):
+            assert normalize(number, one) == normalize(number, 16)
+            assert normalize(fields, {"per_device_batch": one, "grad_accum_steps": 2})[0] == (
+                '{"grad_accum_steps": 2, "per_device_batch": 16}'
+            )
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: np.array([16, 16]), lambda: torch.zeros(2), lambda: np.array([]), lambda: np.array(["16"])],
+    ids=["np-2", "torch-2", "np-empty", "np-text"],
+)
+def test_an_array_of_several_or_of_text_is_not_one_number(make):
+    with pytest.raises(ValueError, match=r"answer_q00_3 is (ndarray|Tensor) .*which is not one number"):
+        normalize(get_question("q00_3"), make())
+    with pytest.raises(ValueError, match=r"answer_q04_3\['per_device_batch'\] is \w+ .*; write a number"):
+        normalize(get_question("q04_3"), {"per_device_batch": make(), "grad_accum_steps": 2})

@@ -101,11 +101,29 @@ def _number(q: Question, answer: Any) -> float:
 
 
 def _float(value: Any) -> float | None:
-    """float(value), or None for what has no single float value (an array, an int past 1e308)."""
+    """float(value), or None for what has no single float value (an array of several, an int past 1e308)."""
+    value = _element(value)
+    if getattr(value, "ndim", 0) or isinstance(value, (str, bytes, bool)):  # several; np.array(["16"]), [True]
+        return None
     try:
         return float(value)
     except (TypeError, ValueError, OverflowError):
         return None
+
+
+def _element(value: Any) -> Any:
+    """The element of an array or tensor that holds one, whatever its shape; any other value as it is.
+
+    float() of a numpy array of shape (1,) is 16.0 with a DeprecationWarning on numpy 2.1 (Colab's) and a
+    TypeError on numpy 2.4, while torch takes any one-element tensor: a verdict must not depend on which
+    numpy the notebook runs with.
+    """
+    if getattr(value, "ndim", 0):
+        try:
+            return value.item()
+        except (ValueError, RuntimeError):  # several elements: numpy's ValueError, torch's RuntimeError
+            pass
+    return value
 
 
 def _fields(q: Question, answer: Any) -> tuple[str, dict]:
@@ -120,7 +138,7 @@ def _fields(q: Question, answer: Any) -> tuple[str, dict]:
         raise ValueError(f"{q.variable} {' and '.join(parts)}; write {answer_format(q)}")
     values = {}
     for key, kind in q.fields.items():
-        v = answer[key]
+        v = _element(answer[key])
         if v is Ellipsis:
             raise ValueError(f"{q.variable}[{key!r}] is still ...: replace it with a number")
         number = (
