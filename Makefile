@@ -19,14 +19,11 @@ UV_PIN := uv==0.13.9
 # Nothing is byte-compiled at install (pip's pass took 41 s on one core, for 16,000 files of which the suite
 # imports a fraction): a process compiles a module the first time it imports it and writes the bytecode for
 # the next. So the recipes write bytecode even where the caller's environment says not to
-# (PYTHONDONTWRITEBYTECODE, set on this CI's machines): every process would compile torch again. The setup
-# imports what nearly every process imports, in two processes (one a core), so that a test run by hand
-# outside make finds their bytecode too: without it, importing torch, transformers and peft took 13.7 s,
-# with it 5.3 s. (bitsandbytes warns at import on some CPUs that an optional kernel package is missing.)
+# (PYTHONDONTWRITEBYTECODE, set on this CI's machines): every process would compile torch again (importing
+# torch, transformers and peft: 13.7 s without bytecode, 5.3 s with). pytest run by hand does the same (the
+# repository's conftest.py). Importing them once at setup instead cost a fresh clone's `make test` 15 s of one
+# core and saved pytest nothing.
 unexport PYTHONDONTWRITEBYTECODE
-WARM_IMPORTS := import logging; logging.disable(logging.WARNING);
-WARM_TORCH := $(WARM_IMPORTS) import torch, transformers, peft, accelerate, datasets, helpers.models, helpers.estimate
-WARM_TOOLS := $(WARM_IMPORTS) import wandb, matplotlib.pyplot, papermill, nbclient, ipykernel.kernelapp, nbval, pytest
 STAMP := $(VENV)/.installed
 E2E_STAMP := $(VENV)/.e2e-installed
 # leaves out the tests that read the shared notebook runs (tests/conftest.py) and the slow tier (pytest.mark.slow)
@@ -42,7 +39,6 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@$(PY) -c 'import torch' 2>/dev/null || { echo "installing $(TORCH_PIN) (CPU build)"; $(PY) -m pip install -q --no-compile $(TORCH_PIN); }
 	@$(PY) -m pip install -q --no-compile $(UV_PIN)
 	$(PY) -m uv pip install --python $(PY) -q -r requirements-dev.txt -e .
-	@$(PY) -c '$(WARM_TOOLS)' & tools=$$!; $(PY) -c '$(WARM_TORCH)' && wait $$tools
 	@touch $@
 
 run: setup
