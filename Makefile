@@ -22,7 +22,8 @@ UV_PIN := uv==0.13.9
 # (PYTHONDONTWRITEBYTECODE, set on this CI's machines): every process would compile torch again (importing
 # torch, transformers and peft: 13.7 s without bytecode, 5.3 s with). pytest run by hand does the same (the
 # repository's conftest.py). Importing them once at setup instead took 15 s, mostly on one core, and saved
-# about as much in pytest: fresh clones' `make test` took 6 min 6 s twice with it, 5 min 47 s and 6 min 9 s without.
+# about as much in pytest: fresh clones' `make test` took 6 min 6 s twice with it, 5 min 47 s and 6 min 9 s
+# without.
 unexport PYTHONDONTWRITEBYTECODE
 STAMP := $(VENV)/.installed
 E2E_STAMP := $(VENV)/.e2e-installed

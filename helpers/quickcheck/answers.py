@@ -103,7 +103,8 @@ def _number(q: Question, answer: Any) -> float:
 def _float(value: Any) -> float | None:
     """float(value), or None for what has no single float value (an array of several, an int past 1e308)."""
     value = _element(value)
-    if getattr(value, "ndim", 0) or isinstance(value, (str, bytes, bool)):  # several; np.array(["16"]), [True]
+    # still an array: it holds several; text or a bool out of a one-element array is no number either
+    if getattr(value, "ndim", 0) or isinstance(value, (str, bytes, bool)):
         return None
     try:
         return float(value)
